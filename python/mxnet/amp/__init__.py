@@ -1,0 +1,19 @@
+"""Automatic mixed precision (AMP) for MXNet 1.9.1: ``from mxnet import amp``.
+
+>>> from mxnet import amp
+>>> amp.init("bfloat16")            # before building the model
+>>> with amp.disable():             # a region in float32
+...     ...
+>>> amp.reset()                     # undo init completely
+
+Importing this package loads the C++ extension library (fused multi-tensor kernels) once.
+"""
+from . import _ext  # noqa: F401  (loads the C++ library once)
+from .autocast import current_policy, disable, init, is_enabled, reset, target_dtype
+from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
+                    list_lp16_ops, list_widest_type_cast)
+from .policy import Policy
+
+__all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy", "Policy",
+           "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
+           "list_widest_type_cast", "list_loss_output_functions"]

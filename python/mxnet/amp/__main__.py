@@ -1,0 +1,33 @@
+"""Command line: ``python -m mxnet.amp {demo,...}``.
+
+Each command lives in its own module, which provides ``add_arguments(parser)`` and ``run(args) -> int``;
+user mistakes print one line (``error: ...``) and exit with status 2, never a traceback.
+"""
+import argparse
+import importlib
+import sys
+
+#: command name -> (module, one-line help)
+COMMANDS = {
+    "demo": ("mxnet.amp.demo", "train a small CNN on the digits data set with AMP next to fp32"),
+}
+
+
+def main(argv=None):
+    """Parse ``argv`` and run the chosen command; return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m mxnet.amp", description="MXNet automatic mixed precision")
+    sub = parser.add_subparsers(dest="command", required=True)
+    modules = {}
+    for name, (module, help_text) in COMMANDS.items():
+        modules[name] = importlib.import_module(module)
+        modules[name].add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    try:
+        return modules[args.command].run(args)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print("error: %s" % err, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

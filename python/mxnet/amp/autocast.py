@@ -1,0 +1,366 @@
+"""``amp.init`` / ``amp.reset`` / ``amp.disable``: how the casting policy reaches running code.
+
+Two mechanisms, both undone by :func:`reset`:
+
+* **Graphs** (hybridized Gluon blocks, ``SymbolBlock``, ``Symbol.bind``/``simple_bind``): the symbol is
+  rewritten once by :func:`mxnet.amp.graph.rewrite_symbol` when the cached graph is built, so a hybridized
+  block pays nothing per call and each weight is cast once however often the block is applied.
+* **Imperative calls** (``mx.nd``, ``mx.np``, ``mx.npx`` and non-hybridized blocks): the front-end functions of
+  operators that need a cast (everything but the dtype-neutral ones) are replaced by thin wrappers that cast
+  their array arguments and call the original. Inside one top-level ``Block`` call, a parameter cast to a
+  dtype is reused, not cast again.
+
+``with amp.disable():`` switches both off for the current thread: imperative calls run untouched, and graph
+nodes created inside carry the ``__amp_disabled__`` attribute, which the rewriter leaves alone.
+"""
+import contextlib
+import ctypes
+import functools
+import gc
+import sys
+import threading
+import types
+import warnings
+import weakref
+
+import mxnet as mx
+from mxnet.base import OpHandle, c_str
+from mxnet.gluon import block as _gluon_block
+from mxnet.symbol import symbol as _symbol_mod
+
+from . import graph
+from .policy import DISABLED_ATTR, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
+
+__all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
+
+_FAMILIES = ("mxnet.ndarray", "mxnet.numpy", "mxnet.numpy_extension")
+_HANDWRITTEN_NUMPY = ("mxnet.ndarray.numpy", "mxnet.ndarray.numpy_extension")
+_FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+class _State:
+    """Process-wide AMP state: the policy and everything patched to apply it."""
+
+    def __init__(self):
+        self.policy = None
+        self.patches = []  # (owner, attribute, original)
+        self.rewritten = weakref.WeakSet()  # blocks whose cached graph was rewritten
+
+
+_STATE = _State()
+_LOCAL = threading.local()  # .disabled (int depth), .param_casts (dict or None)
+_AMP_CAST = mx.nd.amp_cast
+
+
+def current_policy():
+    """Return the active :class:`~mxnet.amp.policy.Policy`, or None when ``amp.init`` was not called."""
+    return _STATE.policy
+
+
+def target_dtype():
+    """Return the dtype name given to :func:`init` ('float16' or 'bfloat16'), or None when AMP is off."""
+    return None if _STATE.policy is None else _STATE.policy.target_dtype
+
+
+def is_enabled():
+    """Whether AMP applies to code running now in this thread (False before ``init`` or inside ``disable``)."""
+    return _STATE.policy is not None and not getattr(_LOCAL, "disabled", 0)
+
+
+def _active_policy():
+    return _STATE.policy if is_enabled() else None
+
+
+def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None,
+         emulate=None):
+    """Turn on automatic mixed precision for everything that runs afterwards.
+
+    Call it before building the model. Calling it again with the same settings does nothing; with other
+    settings it raises (call :func:`reset` first).
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}
+        The low precision type.
+    target_precision_ops : list of str, optional
+        Ops to run in ``target_dtype`` on top of the built-in list.
+    conditional_fp32_ops : list of (str, str, list of str), optional
+        ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``.
+    fp32_ops : list of str, optional
+        Ops to run in float32 on top of the built-in list.
+    emulate : bool, optional
+        Force (True) or forbid (False) emulation: values are rounded to ``target_dtype`` around low precision
+        ops while kernels run in float32. The default picks per device: native on GPUs and on CPUs with
+        AVX-512 for bfloat16, emulated elsewhere (MXNet 1.9.1 has no such CPU kernels).
+
+    Raises
+    ------
+    ValueError
+        Unknown dtype or op name, or an op named in two overrides.
+    RuntimeError
+        ``init`` was already called with different settings.
+
+    Examples
+    --------
+    >>> from mxnet import amp
+    >>> amp.init("bfloat16")
+    >>> with amp.disable():
+    ...     y = net(x)          # runs in float32
+    >>> amp.reset()             # back to plain MXNet
+    """
+    policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate)
+    if _STATE.policy is not None:
+        if _STATE.policy == policy:
+            return
+        raise RuntimeError("amp.init() was already called with %r; call mxnet.amp.reset() before initialising "
+                           "again with %r" % (_STATE.policy, policy))
+    _STATE.policy = policy
+    _patch_frontends(policy)
+    _patch(_gluon_block.HybridBlock, "_get_graph", _amp_get_graph)
+    _patch(_gluon_block.Block, "__call__", _amp_block_call)
+    _patch(_symbol_mod.Symbol, "bind", _amp_bind("bind"))
+    _patch(_symbol_mod.Symbol, "simple_bind", _amp_bind("simple_bind"))
+    existing = [b for b in gc.get_objects() if isinstance(b, _gluon_block.Block)]
+    if existing:
+        for blk in existing:
+            if isinstance(blk, _gluon_block.HybridBlock) and blk._cached_op is not None:
+                blk._clear_cached_op()
+        warnings.warn("amp.init() was called after %d Gluon blocks were created; AMP applies to everything "
+                      "that runs from now on (hybridized blocks rebuild their graph on the next call), but "
+                      "call amp.init() before building the model to be sure." % len(existing), stacklevel=2)
+
+
+def reset():
+    """Undo :func:`init` completely: restore every patched function and rebuild rewritten graphs in fp32.
+
+    Parameters keep their values and dtypes (AMP casts on the fly and never changes them).
+    """
+    for owner, name, original in reversed(_STATE.patches):
+        setattr(owner, name, original)
+    _STATE.patches = []
+    for blk in list(_STATE.rewritten):
+        blk._clear_cached_op()
+    _STATE.rewritten = weakref.WeakSet()
+    _STATE.policy = None
+
+
+@contextlib.contextmanager
+def disable():
+    """Run the enclosed code as if AMP were off (this thread only; nestable).
+
+    Imperative calls are not cast, and graph nodes created inside (e.g. a hybridized block's first call) run
+    in the types that arrive. A graph built before entering keeps its casts.
+    """
+    _LOCAL.disabled = getattr(_LOCAL, "disabled", 0) + 1
+    try:
+        with mx.AttrScope(**{DISABLED_ATTR: "1"}):
+            yield
+    finally:
+        _LOCAL.disabled -= 1
+
+
+def _patch(owner, name, replacement):
+    _STATE.patches.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, functools.wraps(getattr(owner, name))(replacement))
+
+
+# --- imperative front ends ------------------------------------------------------------------------------
+
+def _op_handles():
+    """Map each operator handle value to one of its registered names."""
+    out = {}
+    for name in mx.operator.get_all_registered_operators():
+        hdl = OpHandle()
+        mx.base.check_call(mx.base._LIB.NNGetOpHandle(c_str(name), ctypes.byref(hdl)))
+        out.setdefault(hdl.value, name)
+    return out
+
+
+def _frontend_ops():
+    """Yield ``(module, attribute, function, op_name)`` for every front-end function of an operator."""
+    handles = _op_handles()
+    registered = set(mx.operator.get_all_registered_operators())
+    for modname, module in list(sys.modules.items()):
+        if module is None or not modname.startswith(_FAMILIES):
+            continue
+        for attr, func in list(vars(module).items()):
+            if not isinstance(func, types.FunctionType):
+                continue
+            func = getattr(func, "__amp_original__", func)
+            op = next((handles[c] for c in func.__code__.co_consts if isinstance(c, int) and c in handles),
+                      None)
+            if op is None and modname.startswith(_HANDWRITTEN_NUMPY):
+                op = next((p + attr for p in ("_npi_", "_np_", "_npx_") if p + attr in registered), None)
+            if op is not None:
+                yield module, attr, func, op
+
+
+def _patch_frontends(policy):
+    wrappers = {}
+    for module, attr, func, op in _frontend_ops():
+        if policy.action(op) == NEUTRAL and op not in policy._conditions:
+            continue
+        if func not in wrappers:
+            wrappers[func] = _wrap_op(func, op)
+        _STATE.patches.append((module, attr, func))
+        setattr(module, attr, wrappers[func])
+
+
+def _is_array(x):
+    return isinstance(x, mx.nd.NDArray)
+
+
+def _dtype_name(arr):
+    return graph.dtype_name(arr.dtype)
+
+
+def _cast(arr, dtype):
+    """Cast one legacy or numpy-mode array to ``dtype`` with ``amp_cast``."""
+    if isinstance(arr, mx.np.ndarray):
+        return _AMP_CAST(arr.as_nd_ndarray(), dtype=mx_dtype(dtype)).as_np_ndarray()
+    return _AMP_CAST(arr, dtype=mx_dtype(dtype))
+
+
+def _reusing_parameter_casts(arr, key, make):
+    """``make(arr)``, reused within one top-level Block call when ``arr`` is a parameter (has a gradient)."""
+    cache = getattr(_LOCAL, "param_casts", None)
+    if cache is None or arr.grad is None:
+        return make(arr)
+    slot = (arr.handle.value, key)
+    hit = cache.get(slot)
+    if hit is None or hit[0] is not arr:
+        hit = cache[slot] = (arr, make(arr))
+    return hit[1]
+
+
+def _to_dtype(arr, dtype):
+    return _reusing_parameter_casts(arr, dtype, lambda a: _cast(a, dtype))
+
+
+def _round_trip(arr, dtype):
+    """``arr`` rounded to ``dtype``, kept in float32 (emulated low precision)."""
+    return _reusing_parameter_casts(arr, ("round", dtype), lambda a: _cast(_cast(a, dtype), "float32"))
+
+
+def _map_arrays(fn, args, kwargs):
+    def one(x):
+        if _is_array(x):
+            return fn(x)
+        if isinstance(x, (list, tuple)) and x and all(_is_array(e) for e in x):
+            return type(x)(fn(e) for e in x)
+        return x
+    return [one(a) for a in args], {k: (v if k == "out" else one(v)) for k, v in kwargs.items()}
+
+
+def _arrays(args, kwargs):
+    for x in list(args) + [v for k, v in kwargs.items() if k != "out"]:
+        if _is_array(x):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            for e in x:
+                if _is_array(e):
+                    yield e
+
+
+def _wrap_op(func, op):
+    def amp_op(*args, **kwargs):
+        policy = _active_policy()
+        if policy is None:
+            return func(*args, **kwargs)
+        arrays = list(_arrays(args, kwargs))
+        if not arrays:
+            return func(*args, **kwargs)
+        action = policy.action(op, {k: str(v) for k, v in kwargs.items()} if op in policy._conditions else None)
+        target = policy.target_dtype
+        if action == LP16 and policy.emulates(op, arrays[0].context.device_type):
+            def round_trip(x):
+                return _round_trip(x, target) if _dtype_name(x) == "float32" else x
+            args, kwargs = _map_arrays(round_trip, args, kwargs)
+            return _map_outputs(round_trip, func(*args, **kwargs))
+        if action == LP16:
+            args, kwargs = _map_arrays(lambda x: _to_dtype(x, target) if _dtype_name(x) == "float32" else x,
+                                       args, kwargs)
+        elif action == FP32:
+            args, kwargs = _map_arrays(lambda x: _to_dtype(x, "float32") if _FLOAT_RANK.get(_dtype_name(x)) == 1
+                                       else x, args, kwargs)
+        elif action == WIDEST:
+            floats = {_dtype_name(x) for x in arrays} & set(_FLOAT_RANK)
+            if len(floats) > 1:
+                widest = max(floats, key=_FLOAT_RANK.get)
+                widest = "float32" if _FLOAT_RANK[widest] == 1 else widest
+                args, kwargs = _map_arrays(lambda x: _to_dtype(x, widest) if _dtype_name(x) in floats
+                                           and _dtype_name(x) != widest else x, args, kwargs)
+        return func(*args, **kwargs)
+    amp_op = functools.wraps(func)(amp_op)
+    amp_op.__amp_original__ = func
+    return amp_op
+
+
+def _map_outputs(fn, out):
+    if _is_array(out):
+        return fn(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(fn(o) if _is_array(o) else o for o in out)
+    return out
+
+
+def _amp_block_call(self, *args):
+    """``Block.__call__``: reuse parameter casts within one top-level call."""
+    if getattr(_LOCAL, "param_casts", None) is not None or _active_policy() is None:
+        return _amp_block_call.__wrapped__(self, *args)
+    _LOCAL.param_casts = {}
+    try:
+        return _amp_block_call.__wrapped__(self, *args)
+    finally:
+        _LOCAL.param_casts = None
+
+
+# --- graphs ---------------------------------------------------------------------------------------------
+
+def _device_type(arrays, default="cpu"):
+    for a in arrays:
+        if _is_array(a):
+            return a.context.device_type
+    return default
+
+
+def _amp_get_graph(self, *args):
+    """``HybridBlock._get_graph``: rewrite the cached graph once, when it is (re)built under AMP."""
+    inputs, out = _amp_get_graph.__wrapped__(self, *args)
+    policy = _active_policy()
+    if policy is None or out is getattr(self, "_amp_graph", None):
+        return inputs, out
+    flat = [a for a in _flatten(args) if a is not None]
+    var_dtypes = {p.name: p.dtype for p in self.collect_params().values()}
+    var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
+    out, _ = graph.rewrite_symbol(out, policy, _device_type(flat), var_dtypes)
+    self._cached_graph = inputs, out
+    self._amp_graph = out
+    _STATE.rewritten.add(self)
+    return inputs, out
+
+
+def _flatten(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flatten(a)
+        else:
+            yield a
+
+
+def _amp_bind(method):
+    def amp_bind(self, ctx, *args, **kwargs):
+        original = getattr(amp_bind, "__wrapped__")
+        policy = _active_policy()
+        if policy is None:
+            return original(self, ctx, *args, **kwargs)
+        names = self.list_arguments()
+        given = kwargs.get("type_dict") or {}
+        arrays = kwargs.get("args", args[0] if args and method == "bind" else None)
+        if isinstance(arrays, dict):
+            given = {k: v.dtype for k, v in arrays.items()}
+        elif isinstance(arrays, (list, tuple)):
+            given = {k: v.dtype for k, v in zip(names, arrays)}
+        sym, _ = graph.rewrite_symbol(self, policy, ctx.device_type, given)
+        return original(sym, ctx, *args, **kwargs)
+    return amp_bind

@@ -1,0 +1,282 @@
+"""Symbol-graph rewriting shared by ``amp.init`` (hybridized blocks, bound symbols) and model conversion.
+
+The rewrite works on the symbol's JSON form: every op node asks the :class:`~mxnet.amp.policy.Policy` what it
+needs (low precision, float32, the widest input type, or nothing) and its inputs are routed through casts.
+Casts are memoised per ``(tensor, dtype)``, so a tensor read by many nodes (a weight shared by a block that is
+applied several times, say) is cast once; a cast of a cast looks through to the original tensor, so no
+``fp32 -> lp16 -> fp32`` chains appear; tensors already of the wanted dtype, and integer tensors, are not cast.
+"""
+from collections import Counter
+from dataclasses import dataclass, field
+import json
+
+import numpy as np
+
+from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
+
+__all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "RewriteStats", "CAST_OPS"]
+
+#: Ops that AMP itself inserts; the rewriter never casts their inputs.
+CAST_OPS = ("amp_cast", "amp_multicast")
+
+_FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+@dataclass
+class RewriteStats:
+    """What a rewrite did: cast nodes inserted and op nodes per action."""
+
+    casts: int = 0
+    multicasts: int = 0
+    actions: Counter = field(default_factory=Counter)
+
+    def as_dict(self):
+        """Return a JSON-safe summary."""
+        return {"casts": self.casts, "multicasts": self.multicasts, "ops": dict(self.actions)}
+
+
+def dtype_name(dtype):
+    """Return 'float32', 'bfloat16', 'int32', ... for a NumPy/MXNet dtype (None stays None)."""
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
+
+
+def infer_entry_dtypes(graph, var_dtypes):
+    """Return ``{(node_id, output_index): dtype name or None}`` for every entry some node or head reads.
+
+    Runs MXNet's partial type inference once on a copy of the graph whose heads are all those entries.
+    Unknown types (or a graph MXNet cannot type) give ``None``.
+    """
+    import mxnet as mx
+    wanted = sorted({tuple(e[:2]) for node in graph["nodes"] for e in node["inputs"]}
+                    | {tuple(h[:2]) for h in graph["heads"]})
+    probe = dict(graph, heads=[[nid, idx, 0] for nid, idx in wanted])
+    try:
+        sym = mx.sym.load_json(json.dumps(probe))
+        known = {k: v for k, v in var_dtypes.items() if k in set(sym.list_inputs())}
+        _, out_types, _ = sym.infer_type_partial(**known)
+    except mx.base.MXNetError:
+        out_types = None
+    if out_types is None:
+        return dict.fromkeys(wanted)
+    return {entry: dtype_name(t) for entry, t in zip(wanted, out_types)}
+
+
+class _Builder:
+    """Accumulates the rewritten node list; owns cast memoisation and naming."""
+
+    def __init__(self, names):
+        self.nodes = []
+        self.num_outputs = []
+        self.dtype = {}        # new entry -> dtype name or None
+        self.cast_source = {}  # new entry produced by amp_cast -> the entry it cast
+        self.memo = {}
+        self.names = set(names)
+        self.stats = RewriteStats()
+
+    def add(self, node, num_outputs, dtypes=()):
+        self.nodes.append(node)
+        self.num_outputs.append(num_outputs)
+        nid = len(self.nodes) - 1
+        for idx, dtype in enumerate(dtypes):
+            self.dtype[(nid, idx)] = dtype
+        return nid
+
+    def unique(self, base):
+        name, k = base, 1
+        while name in self.names:
+            name, k = "%s%d" % (base, k), k + 1
+        self.names.add(name)
+        return name
+
+    def cast(self, entry, dtype):
+        """Return an entry holding ``entry`` as ``dtype`` (float types only; others pass through)."""
+        entry = self.cast_source.get(entry, entry)
+        have = self.dtype.get(entry)
+        if have == dtype or (have is not None and have not in _FLOAT_RANK) or have == "float64":
+            return entry
+        key = (entry, dtype)
+        if key not in self.memo:
+            src = self.nodes[entry[0]]["name"]
+            nid = self.add({"op": "amp_cast", "name": self.unique("%s_amp_cast_%s" % (src, dtype)),
+                            "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
+            self.cast_source[(nid, 0)] = entry
+            self.memo[key] = (nid, 0)
+            self.stats.casts += 1
+        return self.memo[key]
+
+    def round_trip(self, entry, dtype):
+        """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision)."""
+        entry = self.cast_source.get(entry, entry)
+        key = (entry, "round", dtype)
+        if key not in self.memo:
+            low = self.cast(entry, dtype)
+            if low == entry:  # not a float32 tensor: nothing to round
+                self.memo[key] = entry
+            else:
+                nid = self.add({"op": "amp_cast", "name": self.unique("%s_fp32" % self.nodes[low[0]]["name"]),
+                                "attrs": {"dtype": "float32"}, "inputs": [[low[0], low[1], 0]]},
+                               1, ("float32",))
+                self.stats.casts += 1
+                self.memo[key] = (nid, 0)
+                self.memo[((nid, 0), "round", dtype)] = (nid, 0)
+        return self.memo[key]
+
+    def widest(self, entries):
+        """Return ``entries`` routed through one ``amp_multicast`` unless their dtypes already agree."""
+        entries = [self.cast_source.get(e, e) for e in entries]
+        dtypes = [self.dtype.get(e) for e in entries]
+        floats = [i for i, d in enumerate(dtypes) if d is None or d in _FLOAT_RANK]
+        if len(floats) < 2 or (None not in dtypes and len({dtypes[i] for i in floats}) == 1):
+            return entries
+        key = ("widest", tuple(entries[i] for i in floats))
+        if key not in self.memo:
+            known = [dtypes[i] for i in floats if dtypes[i] is not None]
+            out = None
+            if len(known) == len(floats):
+                ranks = {_FLOAT_RANK[d] for d in known}
+                out = "float32" if ranks == {1} and len(set(known)) > 1 else max(known, key=_FLOAT_RANK.get)
+            src = self.nodes[entries[floats[0]][0]]["name"]
+            nid = self.add({"op": "amp_multicast", "name": self.unique("%s_amp_multicast" % src),
+                            "attrs": {"num_outputs": str(len(floats)), "cast_narrow": "False"},
+                            "inputs": [[entries[i][0], entries[i][1], 0] for i in floats]},
+                           len(floats), (out,) * len(floats))
+            self.memo[key] = nid
+            self.stats.multicasts += 1
+        nid = self.memo[key]
+        routed = list(entries)
+        for k, i in enumerate(floats):
+            routed[i] = (nid, k)
+        return routed
+
+
+def _num_outputs(graph):
+    ptr = graph.get("node_row_ptr")
+    if ptr is not None:
+        return [ptr[i + 1] - ptr[i] for i in range(len(graph["nodes"]))]
+    counts = [1] * len(graph["nodes"])
+    for node in graph["nodes"]:
+        for nid, idx, _ in node["inputs"]:
+            counts[nid] = max(counts[nid], idx + 1)
+    for nid, idx, _ in graph["heads"]:
+        counts[nid] = max(counts[nid], idx + 1)
+    return counts
+
+
+def rewrite_graph(graph, policy, device_type, var_dtypes):
+    """Rewrite a symbol-JSON dict; return ``(new_graph_dict, RewriteStats)``. See :func:`rewrite_symbol`."""
+    old_dtypes = infer_entry_dtypes(graph, var_dtypes)
+    counts = _num_outputs(graph)
+    build = _Builder(n["name"] for n in graph["nodes"])
+    target = policy.target_dtype
+    remap = {}
+    for old_id, node in enumerate(graph["nodes"]):
+        inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
+        new = {k: v for k, v in node.items() if k != "inputs"}
+        if node["op"] == "null":
+            action = None
+        elif node["op"] in CAST_OPS:
+            action = NEUTRAL
+        else:
+            action = policy.action(node["op"], node.get("attrs"), node["name"])
+            build.stats.actions[action] += 1
+        lp = action == LP16
+        emulate = lp and policy.emulates(node["op"], device_type)
+        if emulate:
+            inputs = [build.round_trip(e, target) for e in inputs]
+        elif lp:
+            inputs = [build.cast(e, target) for e in inputs]
+        elif action == FP32:
+            inputs = [build.cast(e, "float32") for e in inputs]
+        elif action == WIDEST:
+            inputs = build.widest(inputs)
+        new["inputs"] = [[nid, idx, 0] for nid, idx in inputs]
+        out_dtypes = [old_dtypes.get((old_id, i)) for i in range(counts[old_id])]
+        if lp and not emulate:
+            out_dtypes = [target if d in _FLOAT_RANK or d is None else d for d in out_dtypes]
+        elif [build.dtype.get(e) for e in inputs] != [old_dtypes.get(tuple(e[:2])) for e in node["inputs"]]:
+            # Different dtypes arrive than in the original graph: float outputs are no longer known.
+            out_dtypes = [None if d is None or d in _FLOAT_RANK else d for d in out_dtypes]
+        new_id = build.add(new, counts[old_id], out_dtypes)
+        for i in range(counts[old_id]):
+            remap[(old_id, i)] = (new_id, i)
+            if emulate:
+                remap[(old_id, i)] = build.round_trip((new_id, i), target)
+    heads = [[remap[(nid, idx)][0], remap[(nid, idx)][1], 0] for nid, idx, _ in graph["heads"]]
+    out = _assemble(graph, build.nodes, build.num_outputs, heads)
+    return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
+
+
+def _assemble(graph, nodes, num_outputs, heads):
+    ptr = [0]
+    for n in num_outputs:
+        ptr.append(ptr[-1] + n)
+    return dict(graph, nodes=nodes, heads=heads, node_row_ptr=ptr,
+                arg_nodes=[i for i, n in enumerate(nodes) if n["op"] == "null"])
+
+
+def _drop_noop_casts(graph, var_dtypes, stats):
+    """Remove casts whose input already has the wanted dtype, using exact type inference on ``graph``."""
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    counts = _num_outputs(graph)
+    alias, nodes, num_outputs, new_id = {}, [], [], {}
+    for old_id, node in enumerate(graph["nodes"]):
+        inputs = [alias.get((nid, idx), (new_id.get(nid), idx)) for nid, idx, _ in node["inputs"]]
+        in_dtypes = [dtypes.get((nid, idx)) for nid, idx, _ in node["inputs"]]
+        if node["op"] == "amp_cast" and in_dtypes[0] is not None and in_dtypes[0] == node["attrs"]["dtype"]:
+            alias[(old_id, 0)] = inputs[0]
+            stats.casts -= 1
+            continue
+        if node["op"] == "amp_multicast" and None not in in_dtypes and len(set(in_dtypes)) == 1:
+            alias.update({(old_id, k): e for k, e in enumerate(inputs)})
+            stats.multicasts -= 1
+            continue
+        new_id[old_id] = len(nodes)
+        nodes.append(dict(node, inputs=[[nid, idx, 0] for nid, idx in inputs]))
+        num_outputs.append(counts[old_id])
+    heads = [list(alias.get((nid, idx), (new_id[nid], idx))) + [0] for nid, idx, _ in graph["heads"]]
+    return _assemble(graph, nodes, num_outputs, heads)
+
+
+def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None):
+    """Insert AMP casts into a symbol according to ``policy``.
+
+    Parameters
+    ----------
+    sym : Symbol
+        Legacy or numpy-mode symbol; not modified.
+    policy : Policy
+        The operator decisions.
+    device_type : {'cpu', 'gpu'}
+        Where the graph will run: decides which low precision ops are emulated (rounded to the target dtype
+        around a float32 kernel, see :meth:`Policy.emulates`).
+    var_dtypes : dict of str to dtype, optional
+        Known dtypes of the symbol's inputs. Variables not listed use their ``__dtype__`` attribute, then
+        float32.
+
+    Returns
+    -------
+    (Symbol, RewriteStats)
+        The rewritten symbol (numpy-mode if ``sym`` was) and what was inserted.
+    """
+    import mxnet as mx
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    dtypes = {}
+    for node in graph["nodes"]:
+        if node["op"] == "null":
+            code = node.get("attrs", {}).get("__dtype__")
+            dtypes[node["name"]] = _DTYPE_CODES.get(code, np.float32)
+    for name, dtype in (var_dtypes or {}).items():
+        dtypes[name] = dtype
+    new_graph, stats = rewrite_graph(graph, policy, device_type, dtypes)
+    out = mx.sym.load_json(json.dumps(new_graph))
+    if isinstance(sym, mx.sym.np._Symbol):
+        out = out.as_np_ndarray()
+    return out, stats
+
+
+# MXNet's type codes as stored in a variable's ``__dtype__`` attribute.
+_DTYPE_CODES = {"0": np.float32, "1": np.float64, "2": np.float16, "3": np.uint8, "4": np.int32,
+                "5": np.int8, "6": np.int64, "7": np.bool_, "12": mx_dtype("bfloat16")}

@@ -1,0 +1,219 @@
+"""Frozen AMP settings: the target dtype, the user's list overrides and how each op is treated.
+
+A :class:`Policy` is built once by :func:`make_policy` (which validates every user input) and never mutated;
+variants are made with :func:`dataclasses.replace`. The per-node decision lives in :meth:`Policy.action`, the
+single place that combines the built-in lists with the user's overrides.
+"""
+from dataclasses import dataclass, field
+import difflib
+import functools
+import os
+
+import numpy as np
+
+from . import lists
+
+__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "native_support"]
+
+#: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
+
+# Actions a node can get. Loss outputs and satisfied conditional entries resolve to FP32; the rest to NEUTRAL.
+LP16, FP32, NEUTRAL, WIDEST = "lp16", "fp32", "neutral", "widest"
+
+#: Node attribute that marks graph nodes built inside ``amp.disable()``: the rewriter leaves them in fp32.
+DISABLED_ATTR = "__amp_disabled__"
+
+_CATEGORY_ACTION = {"lp16": LP16, "fp32": FP32, "neutral": NEUTRAL, "widest": WIDEST, "loss_output": FP32}
+
+
+def mx_dtype(name):
+    """Return the MXNet dtype object for a normalized dtype name ('float16', 'bfloat16' or 'float32')."""
+    return BFLOAT16 if name == "bfloat16" else np.dtype(name)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How AMP treats every operator for one target dtype.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}
+        The low precision dtype that ``lp16`` ops run in.
+    target_precision_ops : tuple of str
+        Ops forced to run in ``target_dtype`` (overrides the built-in lists).
+    fp32_ops : tuple of str
+        Ops forced to run in float32.
+    conditional_fp32_ops : tuple of (str, str, tuple of str)
+        ``(op, attribute, values)``: the op runs in float32 when ``attribute`` has one of ``values``.
+    excluded_sym_names : tuple of str
+        Node names kept in float32 whatever their op (used by model conversion).
+    emulate : bool or None
+        ``True`` rounds values to ``target_dtype`` at low precision op boundaries and computes in float32
+        (numerics of mixed precision on hardware without fast kernels), ``False`` runs real low precision
+        kernels, ``None`` decides per op and device (:meth:`emulates`).
+    """
+
+    target_dtype: str
+    target_precision_ops: tuple = ()
+    fp32_ops: tuple = ()
+    conditional_fp32_ops: tuple = ()
+    excluded_sym_names: tuple = ()
+    emulate: object = None
+    _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        conditions = {}
+        for op, attr, values in lists.list_conditional_fp32_ops(self.target_dtype):
+            conditions.setdefault(op, []).append((attr, frozenset(values)))
+        for op, attr, values in self.conditional_fp32_ops:
+            conditions.setdefault(op, []).append((attr, frozenset(values)))
+        object.__setattr__(self, "_conditions", conditions)
+
+    def action(self, op, attrs=None, name=None):
+        """Return what AMP does at a node: one of ``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``.
+
+        Parameters
+        ----------
+        op : str
+            Registered operator name.
+        attrs : dict, optional
+            The node's attributes as strings (consulted for conditional fp32 entries and for
+            the ``amp.disable()`` marker).
+        name : str, optional
+            The node's name (consulted for ``excluded_sym_names``).
+        """
+        attrs = attrs or {}
+        if attrs.get(DISABLED_ATTR) == "1":
+            return NEUTRAL
+        if name is not None and name in self.excluded_sym_names:
+            return FP32
+        if op in self.fp32_ops:
+            return FP32
+        if op in self.target_precision_ops:
+            return LP16
+        for attr, values in self._conditions.get(op, ()):
+            if attrs.get(attr) in values:
+                return FP32
+        category = lists.category(op, self.target_dtype)
+        return _CATEGORY_ACTION.get(category, NEUTRAL)
+
+    def emulates(self, op, device_type):
+        """Whether low precision op ``op`` on ``device_type`` ('cpu' or 'gpu') is emulated.
+
+        Emulation rounds the op's inputs and outputs to the target dtype and runs its float32 kernel: the
+        numerics of mixed precision where MXNet 1.9.1 has no fast kernel for the dtype on that device (bf16
+        on CPUs without AVX-512, any float16 on CPU, ops without a low precision kernel).
+        """
+        if self.emulate is not None:
+            return self.emulate
+        return not (native_support(self.target_dtype, device_type)
+                    and op in lists.native_lp16_ops(self.target_dtype, device_type))
+
+
+def _check_ops(ops, where):
+    known = lists.registered_forward_ops()
+    for op in ops:
+        if not isinstance(op, str):
+            raise TypeError("%s must hold operator names (str), got %r" % (where, op))
+        if op not in known:
+            close = difflib.get_close_matches(op, sorted(known), n=3)
+            hint = (" Did you mean %s?" % ", ".join(repr(c) for c in close)) if close else ""
+            raise ValueError("Unknown operator %r in %s: it is not registered in MXNet %s.%s "
+                             "(see mxnet.operator.get_all_registered_operators())"
+                             % (op, where, _mx_version(), hint))
+
+
+def _mx_version():
+    import mxnet
+    return mxnet.__version__
+
+
+def _as_tuple(value, where):
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise TypeError("%s must be a list of operator names, got the string %r" % (where, value))
+    return tuple(value)
+
+
+def _check_conditional(entries):
+    out = []
+    for entry in entries:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
+            raise ValueError("conditional_fp32_ops entries must be (op_name, attribute, [values]), got %r"
+                             % (entry,))
+        op, attr, values = entry
+        if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+            raise TypeError("conditional_fp32_ops values for %r must be a list of strings, got %r" % (op, values))
+        out.append((op, str(attr), tuple(values)))
+    _check_ops([e[0] for e in out], "conditional_fp32_ops")
+    return tuple(out)
+
+
+def make_policy(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
+                fp32_ops=None, excluded_sym_names=None, emulate=None):
+    """Validate user settings and return a frozen :class:`Policy`.
+
+    An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
+    when they are one operator).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or operator name (the message lists the valid choices or close matches),
+        or an operator named in two overrides.
+    TypeError
+        For arguments of the wrong type.
+    """
+    dtype = lists.normalize_dtype(target_dtype)
+    lp16 = _as_tuple(target_precision_ops, "target_precision_ops")
+    fp32 = _as_tuple(fp32_ops, "fp32_ops")
+    _check_ops(lp16, "target_precision_ops")
+    _check_ops(fp32, "fp32_ops")
+    conditional = _check_conditional(_as_tuple(conditional_fp32_ops, "conditional_fp32_ops"))
+    named = {}
+    for where, ops in (("target_precision_ops", lp16), ("fp32_ops", fp32),
+                       ("conditional_fp32_ops", [c[0] for c in conditional])):
+        for op in ops:
+            if named.get(op, where) != where:
+                raise ValueError("Operator %r is named in both %s and %s; each op may be overridden once"
+                                 % (op, named[op], where))
+            named[op] = where
+    aliases = {name: group for group in lists.alias_groups() for name in group}
+    lp16 = tuple(a for op in lp16 for a in aliases.get(op, (op,)))
+    fp32 = tuple(a for op in fp32 for a in aliases.get(op, (op,)))
+    conditional = tuple((a, attr, values) for op, attr, values in conditional for a in aliases.get(op, (op,)))
+    excluded = _as_tuple(excluded_sym_names, "excluded_sym_names")
+    if emulate not in (None, True, False):
+        raise ValueError("emulate must be None (auto), True or False, got %r" % (emulate,))
+    return Policy(dtype, lp16, fp32, conditional, excluded, emulate)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_support(dtype, device_type):
+    """Whether MXNet 1.9.1 has fast kernels for ``dtype`` on ``device_type``.
+
+    GPUs run float16 (MXNet 1.9.1 has no GPU bfloat16 kernels). On CPUs, oneDNN runs bfloat16 only with
+    AVX-512 (``avx512_core``: F, BW, VL, DQ); MXNet's CPU float16 kernels are incomplete.
+    ``MXNET_AMP_EMULATE=0|1`` overrides the detection.
+    """
+    forced = os.environ.get("MXNET_AMP_EMULATE")
+    if forced in ("0", "1"):
+        return forced == "0"
+    if device_type == "gpu":
+        return dtype == "float16"
+    if dtype == "float16":
+        return False
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()

@@ -1,0 +1,275 @@
+"""amp.init / reset / disable on imperative nd, np/npx, Gluon (legacy and numpy mode) and mx.sym code."""
+import json
+import threading
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import amp, autograd, gluon
+from mxnet.gluon import nn
+
+from amp_testing import bf16_round, lp_round
+
+BF16 = np.dtype([("bfloat16", np.uint16)])
+
+
+@pytest.fixture(autouse=True)
+def clean_amp():
+    amp.reset()
+    yield
+    amp.reset()
+    mx.npx.reset_np()
+
+
+def _data(shape, seed):
+    return np.random.RandomState(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def _emulated_fc(x, w, dtype):
+    """Low precision FullyConnected as the hardware does it: rounded inputs, fp32 sums, rounded output."""
+    acc = lp_round(x, dtype).astype(np.float64) @ lp_round(w, dtype).astype(np.float64).T
+    return lp_round(acc.astype(np.float32), dtype)
+
+
+def _casts(sym):
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    return [n for n in nodes if n["op"] in ("amp_cast", "amp_multicast")]
+
+
+def _graph_of(block):
+    return block._cached_graph[1]
+
+
+# --- imperative --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_imperative_lp16_op_emulated_matches_numpy(dtype):
+    x, w = _data((16, 32), 0), _data((8, 32), 1)
+    amp.init(dtype, emulate=True)
+    out = mx.nd.FullyConnected(mx.nd.array(x), mx.nd.array(w), num_hidden=8, no_bias=True)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out.asnumpy(), _emulated_fc(x, w, dtype), rtol=2 ** -7, atol=1e-6)
+    assert np.abs(out.asnumpy() - x @ w.T).max() > 1e-4  # the rounding really happened
+
+
+def test_imperative_native_casts_follow_categories():
+    amp.init("bfloat16", target_precision_ops=["exp"], emulate=False)
+    x = mx.nd.array(_data((4, 5), 2))
+    low = mx.nd.exp(x)                       # forced to low precision: runs in bf16
+    assert low.dtype == BF16
+    np.testing.assert_allclose(mx.nd.amp_cast(low, dtype="float32").asnumpy(),
+                               bf16_round(np.exp(bf16_round(x.asnumpy()))), rtol=2 ** -7)
+    assert mx.nd.softmax(low).dtype == np.float32          # fp32 list: bf16 input cast up
+    assert mx.nd.elemwise_add(low, x).dtype == np.float32  # widest type: bf16 + fp32 -> fp32
+    assert mx.nd.relu(low).dtype == BF16                   # neutral: runs in what arrives
+
+
+def test_numpy_mode_imperative_ops_are_cast():
+    mx.npx.set_np()
+    amp.init("bfloat16", target_precision_ops=["_npi_exp"], emulate=False)
+    a = mx.np.array(_data((3, 4), 3))
+    assert mx.np.exp(a).dtype == BF16
+    amp.reset()
+    amp.init("bfloat16", emulate=True)
+    b = mx.np.array(_data((4, 6), 4))
+    for out in (mx.np.matmul(a, b), a @ b, mx.np.dot(a, b)):
+        assert out.dtype == np.float32
+        ref = lp_round((bf16_round(a.asnumpy()).astype(np.float64) @ bf16_round(b.asnumpy())).astype(np.float32),
+                       "bfloat16")
+        np.testing.assert_allclose(out.asnumpy(), ref, rtol=2 ** -7, atol=1e-6)
+    fc = mx.npx.fully_connected(a, b.T, num_hidden=6, no_bias=True)
+    np.testing.assert_allclose(fc.asnumpy(), _emulated_fc(a.asnumpy(), b.T.asnumpy(), "bfloat16"), rtol=2 ** -7,
+                               atol=1e-6)
+
+
+# --- Gluon ---------------------------------------------------------------------------------------------------
+
+class _Recursive(gluon.HybridBlock):
+    """One Dense layer applied ``depth`` times: its weight must be cast once per forward, not ``depth`` times."""
+
+    def __init__(self, depth=4, **kwargs):
+        super().__init__(**kwargs)
+        self.depth = depth
+        with self.name_scope():
+            self.fc = nn.Dense(8, in_units=8)
+
+    def hybrid_forward(self, F, x):
+        relu = F.npx.relu if mx.util.is_np_array() else F.relu
+        for _ in range(self.depth):
+            x = relu(self.fc(x))
+        return x
+
+
+@pytest.mark.parametrize("numpy_mode", [False, True])
+def test_gluon_hybridized_and_imperative_agree(numpy_mode):
+    if numpy_mode:
+        mx.npx.set_np()
+    amp.init("bfloat16", emulate=True)
+    mx.random.seed(0)
+    net = _Recursive()
+    net.initialize()
+    x = (mx.np if numpy_mode else mx.nd).array(_data((2, 8), 5))
+    imperative = net(x).asnumpy()
+    net.hybridize()
+    hybrid = net(x).asnumpy()
+    np.testing.assert_array_equal(imperative, hybrid)
+    net.hybridize(active=False)
+    with amp.disable():
+        fp32 = net(x).asnumpy()
+    assert 0 < np.abs(hybrid - fp32).max() < 0.05
+
+
+def test_block_applied_many_times_casts_weight_once():
+    amp.init("float16", emulate=False)
+    net = _Recursive(depth=5)
+    net.initialize()
+    net.hybridize()
+    with pytest.raises(mx.base.MXNetError):  # CPU float16 FullyConnected is missing in MXNet 1.9.1
+        net(mx.nd.ones((2, 8))).wait_to_read()
+    casts = _casts(_graph_of(net))
+    sources = [n["name"] for n in casts if "weight" in n["name"] or "bias" in n["name"]]
+    assert len(sources) == 2, sources  # one cast for the weight, one for the bias, used by all 5 applications
+
+
+def test_imperative_block_reuses_parameter_casts(monkeypatch):
+    from mxnet.amp import autocast
+    amp.init("bfloat16", emulate=True)
+    net = _Recursive(depth=5)
+    net.initialize()
+    x = mx.nd.array(_data((2, 8), 6))
+    calls = []
+    real = autocast._AMP_CAST
+
+    def counting(arr, **kwargs):
+        calls.append(arr.shape)
+        return real(arr, **kwargs)
+    monkeypatch.setattr(autocast, "_AMP_CAST", counting)
+    with autograd.record():
+        net(x)
+    weight_casts = [s for s in calls if s == (8, 8)]
+    # the weight is rounded (to bf16 and back: 2 casts) once for all 5 applications
+    assert len(weight_casts) == 2, calls
+
+
+def test_graph_cast_placement_float16_structure():
+    from mxnet.amp.graph import rewrite_symbol
+    from mxnet.amp.policy import make_policy
+    data, weight = mx.sym.var("data"), mx.sym.var("w")
+    h = data
+    for i in range(3):
+        h = mx.sym.Activation(mx.sym.FullyConnected(h, weight, num_hidden=4, no_bias=True, name="fc%d" % i),
+                              act_type="relu")
+    out = mx.sym.softmax(h + data, name="prob")
+    sym, stats = rewrite_symbol(out, make_policy("float16", emulate=False))
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    by_name = {n["name"]: n for n in nodes}
+    casts = [n for n in nodes if n["op"] == "amp_cast"]
+    assert sorted(n["name"] for n in casts) == ["data_amp_cast_float16", "w_amp_cast_float16"]
+    assert all(n["attrs"]["dtype"] == "float16" for n in casts)
+    add = next(n for n in nodes if n["op"] == "elemwise_add")
+    multicast = nodes[add["inputs"][0][0]]
+    assert multicast["op"] == "amp_multicast" and multicast["attrs"]["num_outputs"] == "2"
+    assert nodes[by_name["prob"]["inputs"][0][0]]["op"] == "elemwise_add"  # fp32 already: no cast added
+    assert stats.as_dict() == {"casts": 2, "multicasts": 1, "ops": {"lp16": 3, "neutral": 3, "widest": 1,
+                                                                     "fp32": 1}}
+    arg_types, out_types, _ = sym.infer_type(data=np.float32, w=np.float32)
+    assert out_types == [np.float32]
+
+
+def test_symbol_bind_is_rewritten():
+    amp.init("bfloat16", emulate=True)
+    data, weight = mx.sym.var("data"), mx.sym.var("w")
+    out = mx.sym.FullyConnected(data, weight, num_hidden=3, no_bias=True)
+    x, w = _data((4, 6), 7), _data((3, 6), 8)
+    exe = out.bind(mx.cpu(), {"data": mx.nd.array(x), "w": mx.nd.array(w)})
+    np.testing.assert_allclose(exe.forward()[0].asnumpy(), _emulated_fc(x, w, "bfloat16"), rtol=2 ** -7, atol=1e-6)
+    exe2 = out.simple_bind(mx.cpu(), data=(4, 6), w=(3, 6))
+    exe2.arg_dict["data"][:] = x
+    exe2.arg_dict["w"][:] = w
+    np.testing.assert_allclose(exe2.forward()[0].asnumpy(), _emulated_fc(x, w, "bfloat16"), rtol=2 ** -7,
+                               atol=1e-6)
+
+
+# --- lifecycle -----------------------------------------------------------------------------------------------
+
+def test_init_after_model_warns_and_applies():
+    net = _Recursive(depth=1)
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.array(_data((2, 8), 9))
+    before = net(x).asnumpy()
+    with pytest.warns(UserWarning, match="after .* Gluon blocks"):
+        amp.init("bfloat16", emulate=True)
+    after = net(x).asnumpy()
+    assert _casts(_graph_of(net)), "the cached graph was rebuilt with casts"
+    assert np.abs(after - before).max() > 0
+
+
+def test_init_twice():
+    amp.init("bfloat16", fp32_ops=["relu"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        amp.init("bfloat16", fp32_ops=["relu"])  # same settings: no-op
+    with pytest.raises(RuntimeError, match=r"amp\.reset\(\)"):
+        amp.init("float16")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"target_dtype": "float8"}, r"float8.*bfloat16.*float16|float8.*float16.*bfloat16"),
+    ({"fp32_ops": ["FullyConected"]}, r"FullyConected.*fp32_ops.*FullyConnected"),
+    ({"target_precision_ops": ["exp"], "fp32_ops": ["exp"]}, r"'exp'.*target_precision_ops.*fp32_ops"),
+    ({"conditional_fp32_ops": [("Activation", "act_type")]}, r"conditional_fp32_ops entries"),
+    ({"fp32_ops": "relu"}, r"list of operator names"),
+])
+def test_bad_overrides_raise(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        amp.init(**kwargs)
+    assert not amp.is_enabled()
+
+
+def test_disable_is_nestable_and_per_thread():
+    amp.init("bfloat16", emulate=True)
+    x, w = mx.nd.array(_data((4, 8), 10)), mx.nd.array(_data((3, 8), 11))
+    exact = x.asnumpy() @ w.asnumpy().T
+    seen = {}
+
+    def other_thread():
+        seen["enabled"] = amp.is_enabled()
+    with amp.disable():
+        with amp.disable():
+            assert not amp.is_enabled()
+        assert not amp.is_enabled()
+        out = mx.nd.FullyConnected(x, w, num_hidden=3, no_bias=True).asnumpy()
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        net = _Recursive(depth=2)
+        net.initialize()
+        net.hybridize()
+        net(mx.nd.ones((1, 8)))
+    np.testing.assert_allclose(out, exact, rtol=1e-5, atol=1e-6)
+    assert seen["enabled"] is True
+    assert amp.is_enabled()
+    net(mx.nd.ones((1, 8)))  # built inside disable(): stays fp32 when called outside
+    assert not _casts(_graph_of(net))
+
+
+def test_reset_restores_everything():
+    original = mx.nd.FullyConnected, mx.np.matmul, mx.sym.Symbol.bind, gluon.HybridBlock._get_graph
+    net = _Recursive(depth=2)
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.array(_data((2, 8), 12))
+    fp32 = net(x).asnumpy()
+    with pytest.warns(UserWarning):
+        amp.init("bfloat16", emulate=True)
+    assert mx.nd.FullyConnected is not original[0]
+    assert np.abs(net(x).asnumpy() - fp32).max() > 0
+    amp.reset()
+    assert (mx.nd.FullyConnected, mx.np.matmul, mx.sym.Symbol.bind, gluon.HybridBlock._get_graph) == original
+    assert amp.target_dtype() is None and not amp.is_enabled()
+    np.testing.assert_array_equal(net(x).asnumpy(), fp32)
+    assert not _casts(_graph_of(net))
+    amp.init("float16", emulate=True)  # a new setting is allowed after reset
+    assert amp.target_dtype() == "float16"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: creates ./.venv (Python 3.11), installs MXNet 1.9.1 and this package
+# (which builds the C++ library), then runs the requested job.
+#   bash tools/run.sh demo [demo options]   the main job: AMP vs fp32 training on the digits data set
+#   bash tools/run.sh test [pytest options] the whole test suite
+set -euo pipefail
+cd "$(dirname "$0")/.."
+job="${1:-}"; shift || true
+case "$job" in demo|test) ;; *) echo "usage: bash tools/run.sh {demo|test} [options]" >&2; exit 2 ;; esac
+
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+.venv/bin/python -m pip install -q --disable-pip-version-check .
+cd /tmp  # import the installed package, never the source tree
+if [ "$job" = demo ]; then
+  exec "$OLDPWD/.venv/bin/python" -m mxnet.amp demo "$@"
+fi
+exec "$OLDPWD/.venv/bin/python" -m pytest "$OLDPWD/tests/python" -p no:cacheprovider "$@"
