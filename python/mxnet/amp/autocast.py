@@ -50,6 +50,7 @@ class _State:
 _STATE = _State()
 _LOCAL = threading.local()  # .disabled (int depth), .param_casts (dict or None)
 _AMP_CAST = mx.nd.amp_cast
+_AMP_ROUND = mx.nd.amp_round  # from the C++ library, loaded by mxnet.amp._ext
 
 
 def current_policy():
@@ -237,9 +238,15 @@ def _to_dtype(arr, dtype):
     return _reusing_parameter_casts(arr, dtype, lambda a: _cast(a, dtype))
 
 
+def _round(arr, dtype):
+    """A float32 array rounded to ``dtype``, kept in float32 (emulated low precision): one ``amp_round``."""
+    if isinstance(arr, mx.np.ndarray):
+        return _AMP_ROUND(arr.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+    return _AMP_ROUND(arr, dtype=dtype)
+
+
 def _round_trip(arr, dtype):
-    """``arr`` rounded to ``dtype``, kept in float32 (emulated low precision)."""
-    return _reusing_parameter_casts(arr, ("round", dtype), lambda a: _cast(_cast(a, dtype), "float32"))
+    return _reusing_parameter_casts(arr, ("round", dtype), lambda a: _round(a, dtype))
 
 
 def _map_arrays(fn, args, kwargs):
@@ -333,7 +340,8 @@ def _amp_get_graph(self, *args):
     flat = [a for a in _flatten(args) if a is not None]
     var_dtypes = {p.name: p.dtype for p in self.collect_params().values()}
     var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
-    out, _ = graph.rewrite_symbol(out, policy, _device_type(flat), var_dtypes)
+    var_shapes = {s.name: a.shape for s, a in zip(inputs, flat) if _is_array(a)}
+    out, _ = graph.rewrite_symbol(out, policy, _device_type(flat), var_dtypes, var_shapes)
     self._cached_graph = inputs, out
     self._amp_graph = out
     _STATE.rewritten.add(self)
@@ -355,12 +363,15 @@ def _amp_bind(method):
         if policy is None:
             return original(self, ctx, *args, **kwargs)
         names = self.list_arguments()
-        given = kwargs.get("type_dict") or {}
         arrays = kwargs.get("args", args[0] if args and method == "bind" else None)
+        if isinstance(arrays, (list, tuple)):
+            arrays = dict(zip(names, arrays))
         if isinstance(arrays, dict):
-            given = {k: v.dtype for k, v in arrays.items()}
-        elif isinstance(arrays, (list, tuple)):
-            given = {k: v.dtype for k, v in zip(names, arrays)}
-        sym, _ = graph.rewrite_symbol(self, policy, ctx.device_type, given)
+            dtypes = {k: v.dtype for k, v in arrays.items()}
+            shapes = {k: v.shape for k, v in arrays.items()}
+        else:  # simple_bind(ctx, grad_req, type_dict, stype_dict, group2ctx, ..., **shapes)
+            dtypes = kwargs.get("type_dict") or {}
+            shapes = {k: v for k, v in kwargs.items() if k in names}
+        sym, _ = graph.rewrite_symbol(self, policy, ctx.device_type, dtypes, shapes)
         return original(sym, ctx, *args, **kwargs)
     return amp_bind

@@ -17,7 +17,7 @@ from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "RewriteStats", "CAST_OPS"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
-CAST_OPS = ("amp_cast", "amp_multicast")
+CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
 
 _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 
@@ -108,21 +108,30 @@ class _Builder:
         return self.memo[key]
 
     def round_trip(self, entry, dtype):
-        """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision)."""
+        """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision).
+
+        Float32 tensors go through one ``amp_round``; tensors of unknown dtype through ``amp_cast`` to
+        ``dtype`` and back (which leaves non-float tensors alone); other dtypes pass unchanged.
+        """
         entry = self.cast_source.get(entry, entry)
         key = (entry, "round", dtype)
-        if key not in self.memo:
+        if key in self.memo:
+            return self.memo[key]
+        have = self.dtype.get(entry)
+        if have == "float32":
+            name = self.unique("%s_amp_round_%s" % (self.nodes[entry[0]]["name"], dtype))
+            nid = self.add({"op": "amp_round", "name": name, "attrs": {"dtype": dtype},
+                            "inputs": [[entry[0], entry[1], 0]]}, 1, ("float32",))
+            rounded = (nid, 0)
+            self.stats.casts += 1
+        elif have is None:
             low = self.cast(entry, dtype)
-            if low == entry:  # not a float32 tensor: nothing to round
-                self.memo[key] = entry
-            else:
-                nid = self.add({"op": "amp_cast", "name": self.unique("%s_fp32" % self.nodes[low[0]]["name"]),
-                                "attrs": {"dtype": "float32"}, "inputs": [[low[0], low[1], 0]]},
-                               1, ("float32",))
-                self.stats.casts += 1
-                self.memo[key] = (nid, 0)
-                self.memo[((nid, 0), "round", dtype)] = (nid, 0)
-        return self.memo[key]
+            rounded = self.cast(low, "float32") if low != entry else entry
+        else:
+            rounded = entry
+        self.memo[key] = rounded
+        self.memo[(rounded, "round", dtype)] = rounded
+        return rounded
 
     def widest(self, entries):
         """Return ``entries`` routed through one ``amp_multicast`` unless their dtypes already agree."""
@@ -240,7 +249,7 @@ def _drop_noop_casts(graph, var_dtypes, stats):
     return _assemble(graph, nodes, num_outputs, heads)
 
 
-def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None):
+def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=None):
     """Insert AMP casts into a symbol according to ``policy``.
 
     Parameters
@@ -255,6 +264,10 @@ def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None):
     var_dtypes : dict of str to dtype, optional
         Known dtypes of the symbol's inputs. Variables not listed use their ``__dtype__`` attribute, then
         float32.
+    var_shapes : dict of str to tuple, optional
+        Known shapes of some inputs (e.g. the data). Shapes inferred from them on the original graph are
+        recorded on every variable (``__shape__``): ops of the C++ library cannot infer their input shapes
+        backwards, so parameters awaiting deferred initialisation would otherwise stay unknown.
 
     Returns
     -------
@@ -270,11 +283,23 @@ def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None):
             dtypes[node["name"]] = _DTYPE_CODES.get(code, np.float32)
     for name, dtype in (var_dtypes or {}).items():
         dtypes[name] = dtype
+    if var_shapes:
+        _record_shapes(sym, graph, var_shapes)
     new_graph, stats = rewrite_graph(graph, policy, device_type, dtypes)
     out = mx.sym.load_json(json.dumps(new_graph))
     if isinstance(sym, mx.sym.np._Symbol):
         out = out.as_np_ndarray()
     return out, stats
+
+
+def _record_shapes(sym, graph, var_shapes):
+    arg_shapes, _, aux_shapes = sym.infer_shape_partial(**var_shapes)
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    shapes = dict(zip(names, (arg_shapes or []) + (aux_shapes or [])))
+    for node in graph["nodes"]:
+        shape = shapes.get(node["name"]) if node["op"] == "null" else None
+        if shape and all(d > 0 for d in shape):
+            node.setdefault("attrs", {})["__shape__"] = str(tuple(shape))
 
 
 # MXNet's type codes as stored in a variable's ``__dtype__`` attribute.
