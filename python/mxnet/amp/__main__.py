@@ -10,6 +10,7 @@ import sys
 #: command name -> (module, one-line help)
 COMMANDS = {
     "demo": ("mxnet.amp.demo", "train a small CNN on the digits data set with AMP next to fp32"),
+    "lists": ("mxnet.amp.lists_cli", "show the operator categories, or one operator's category and why"),
 }
 
 
@@ -27,6 +28,9 @@ def main(argv=None):
     except (ValueError, TypeError, FileNotFoundError) as err:
         print("error: %s" % err, file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
