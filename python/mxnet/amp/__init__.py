@@ -12,8 +12,12 @@ from . import _ext  # noqa: F401  (loads the C++ library once)
 from .autocast import current_policy, disable, init, is_enabled, reset, target_dtype
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
                     list_lp16_ops, list_widest_type_cast)
+from .loss_scaler import LossScaler
 from .policy import Policy
+from .trainer import get_loss_scaler, init_trainer, load_state_dict, scale_loss, state_dict, unscale
 
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy", "Policy",
+           "LossScaler", "init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict",
+           "load_state_dict",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions"]

@@ -1,0 +1,388 @@
+"""Loss scaling for ``gluon.Trainer``: init_trainer, scale_loss, unscale, exact step skipping, checkpoints.
+
+:func:`init_trainer` attaches a :class:`~mxnet.amp.loss_scaler.LossScaler` to one trainer *instance* and wraps
+that instance's ``step``, ``update``, ``allreduce_grads``, ``save_states`` and ``load_states`` (the class is
+never patched). The wrapped ``step``:
+
+1. all-reduces gradients (unless the parameters are updated on the kvstore, or ``amp.unscale`` already did),
+2. checks every gradient on every device for inf/nan in one fused pass and one host sync,
+3. if all are finite, updates with ``1/scale`` folded into the optimizer's ``rescale_grad`` (no extra pass over
+   the gradients, no one-step lag); otherwise skips the update entirely (parameters, optimizer states and the
+   optimizer's update counters stay as they were, so learning-rate schedules do not advance),
+4. advances the scaler and returns True if the update was applied, False if it was skipped.
+
+With a distributed kvstore, gradients are summed across workers before the check, so an overflow on any worker
+makes every worker skip and all scalers stay equal; this needs ``update_on_kvstore=False`` (chosen automatically
+when left to the default; an explicit True, async or sparse distributed training raise at :func:`init_trainer`).
+
+Checkpoints: the wrapped ``save_states`` writes the optimizer states exactly as a plain trainer does, followed by
+a versioned AMP section (see :mod:`mxnet.amp.checkpoint`), atomically. ``load_states`` reads AMP files, plain
+``gluon.Trainer`` files and ``mxnet.contrib.amp`` files (the latter two keep the current scaler and log one
+warning). A file written for another target dtype (float16 vs bfloat16 vs no ``amp.init``) loads its optimizer
+states but keeps the current loss scaler, with a warning: a float16 scale means nothing to a bfloat16 run.
+"""
+from contextlib import contextmanager
+import enum
+import logging
+import types
+import weakref
+
+from ..gluon import Trainer
+from .. import autograd
+from .. import ndarray as nd
+from . import _ext, checkpoint
+from .loss_scaler import LossScaler
+
+__all__ = ["init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict", "load_state_dict"]
+
+_LOG = logging.getLogger(__name__)
+_ATTR = "_mxnet_amp"
+_WRAPPED = ("step", "update", "allreduce_grads", "save_states", "load_states")
+
+
+class _Stage(enum.Enum):
+    READY = "ready"          # nothing done since the last step
+    REDUCED = "reduced"      # allreduce_grads() was called
+    UNSCALED = "unscaled"    # amp.unscale() was called: gradients reduced, unscaled and checked
+
+
+class _Group:
+    """Trainers sharing one LossScaler: the scaler advances once all of them stepped (any overflow backs off)."""
+
+    def __init__(self):
+        self.trainers = weakref.WeakSet()
+        self.reported = 0
+        self.finite = True
+
+
+_GROUPS = weakref.WeakKeyDictionary()  # LossScaler -> _Group
+
+
+class _AmpState:
+    """What init_trainer attaches to a trainer."""
+
+    def __init__(self, scaler, target_dtype):
+        self.scaler = scaler
+        self.target_dtype = target_dtype
+        self.stage = _Stage.READY
+        self.flag = None
+
+
+def _target_dtype():
+    from . import autocast  # lazy: autocast hooks the front ends and imports more of mxnet
+    return autocast.target_dtype()
+
+
+def _state(trainer):
+    amp_state = getattr(trainer, _ATTR, None)
+    if amp_state is None:
+        raise RuntimeError("trainer is not initialised for AMP; call amp.init_trainer(trainer) first")
+    return amp_state
+
+
+def _check_grads(trainer, inv_scale):
+    """Unscale (when ``inv_scale != 1``) and check every gradient on every device; returns a device flag.
+
+    One fused call per device (a Trainer's parameters all live on the same device list, in the same order).
+    """
+    per_param = [param.list_grad() for param in trainer._params if param.grad_req != "null"]
+    if not per_param:
+        raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
+    with autograd.pause():
+        flags = [_ext.unscale_and_check(list(grads), inv_scale) for grads in zip(*per_param)]
+        flag = flags[0]
+        for other in flags[1:]:
+            flag = flag * other.as_in_context(flag.context)
+    return flag
+
+
+def _ensure_kvstore(trainer):
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+        if trainer._distributed:
+            # MXNet race (seen with dist_sync on CPU): the first gradient push can reach the servers before
+            # another worker's pull of the initial weights, which then receives the gradient sum. Waiting for
+            # the pulls once, when parameters are first initialised, orders them.
+            nd.waitall()
+
+
+def _on_kvstore(trainer):
+    return bool(trainer._kvstore and trainer._update_on_kvstore)
+
+
+def _apply(trainer, batch_size, ignore_stale_grad):
+    """Check (or reuse amp.unscale's check), then update or skip; advance the scaler. Returns applied."""
+    amp_state = _state(trainer)
+    if amp_state.stage is _Stage.UNSCALED:
+        flag, inv_scale = amp_state.flag, 1.0
+    else:
+        flag, inv_scale = _check_grads(trainer, 1.0), 1.0 / amp_state.scaler.scale
+    finite = bool(flag.asnumpy()[0])  # the step's single host sync
+    amp_state.stage, amp_state.flag = _Stage.READY, None
+    if finite:
+        trainer._optimizer.rescale_grad = trainer._scale / batch_size * inv_scale
+        if _on_kvstore(trainer):
+            trainer._allreduce_grads()  # push gradients, the kvstore updates, pull weights
+        trainer._update(ignore_stale_grad)
+    else:
+        for param in trainer._params:
+            if param.grad_req != "null":
+                for data in param.list_data():
+                    data._fresh_grad = False
+    _report(amp_state.scaler, finite)
+    return finite
+
+
+def _report(scaler, finite):
+    group = _GROUPS[scaler]
+    group.reported += 1
+    group.finite = group.finite and finite
+    if group.reported >= len(group.trainers):
+        scaler.update(group.finite)
+        group.reported, group.finite = 0, True
+
+
+def _step(trainer, batch_size, ignore_stale_grad=False):
+    """AMP version of ``Trainer.step``: returns True if the update was applied, False if it was skipped."""
+    trainer._check_and_rescale_grad(trainer._scale / batch_size)
+    _ensure_kvstore(trainer)
+    if _state(trainer).stage is _Stage.READY and not _on_kvstore(trainer):
+        trainer._allreduce_grads()
+    return _apply(trainer, batch_size, ignore_stale_grad)
+
+
+def _update(trainer, batch_size, ignore_stale_grad=False):
+    """AMP version of ``Trainer.update`` (after ``allreduce_grads``): returns True if applied."""
+    _ensure_kvstore(trainer)
+    if _on_kvstore(trainer):
+        raise RuntimeError("update() is not supported when parameters are updated on the kvstore; create the "
+                           "trainer with update_on_kvstore=False or call step()")
+    trainer._check_and_rescale_grad(trainer._scale / batch_size)
+    return _apply(trainer, batch_size, ignore_stale_grad)
+
+
+def _allreduce_grads(trainer):
+    """AMP version of ``Trainer.allreduce_grads``: refuses to reduce the same gradients twice."""
+    amp_state = _state(trainer)
+    if amp_state.stage is not _Stage.READY:
+        raise RuntimeError("allreduce_grads() called after %s since the last step(); gradients are reduced "
+                           "once per step" % ("allreduce_grads()" if amp_state.stage is _Stage.REDUCED
+                                              else "amp.unscale()"))
+    Trainer.allreduce_grads(trainer)
+    amp_state.stage = _Stage.REDUCED
+
+
+def _optimizer_bytes(trainer):
+    _ensure_kvstore(trainer)
+    if trainer._update_on_kvstore:
+        return trainer._kvstore._updater.get_states(dump_optimizer=True)
+    return trainer._updaters[0].get_states(dump_optimizer=True)
+
+
+def _save_states(trainer, fname):
+    """AMP version of ``Trainer.save_states``: optimizer states plus the AMP section, written atomically."""
+    checkpoint.atomic_write(fname, checkpoint.pack(_optimizer_bytes(trainer), state_dict(trainer)))
+
+
+def _load_states(trainer, fname):
+    """AMP version of ``Trainer.load_states``: reads AMP, plain and ``mxnet.contrib.amp`` files.
+
+    Everything is read and validated before the trainer changes: a bad file raises ValueError and leaves the
+    trainer exactly as it was.
+    """
+    optimizer_bytes, amp_section = checkpoint.read_file(fname)
+    apply_amp = _prepare_amp_section(trainer, amp_section, source=repr(fname))
+    _ensure_kvstore(trainer)
+    if trainer._update_on_kvstore:
+        trainer._kvstore._updater.set_states(optimizer_bytes)
+        trainer._optimizer = trainer._kvstore._updater.optimizer
+    else:
+        for updater in trainer._updaters:
+            updater.set_states(optimizer_bytes)
+            updater.optimizer = trainer._updaters[0].optimizer
+        trainer._optimizer = trainer._updaters[0].optimizer
+    trainer._optimizer.param_dict = dict(enumerate(trainer._params))
+    apply_amp()
+
+
+def _prepare_amp_section(trainer, section, source):
+    """Validate an AMP section and return a function that applies it (so validation precedes any change)."""
+    amp_state = _state(trainer)
+    if section is None:
+        _LOG.warning("AMP: %s holds no AMP state (written by a plain gluon.Trainer or mxnet.contrib.amp); "
+                     "keeping the current loss scaler (scale %g)", source, amp_state.scaler.scale)
+        return lambda: None
+    if not isinstance(section, dict) or set(section) != {"version", "target_dtype", "loss_scaler"}:
+        raise ValueError("invalid AMP state in %s: expected keys ['loss_scaler', 'target_dtype', 'version'], "
+                         "got %r" % (source, sorted(section) if isinstance(section, dict) else section))
+    if section["version"] != checkpoint.AMP_SECTION_VERSION:
+        raise ValueError("unsupported AMP state version %r in %s; supported: %d"
+                         % (section["version"], source, checkpoint.AMP_SECTION_VERSION))
+    candidate = LossScaler()
+    candidate.load_state_dict(section["loss_scaler"])
+    if section["target_dtype"] != amp_state.target_dtype:
+        _LOG.warning("AMP: %s was written for target dtype %r but this trainer runs %r; its loss scaler state "
+                     "is dropped and the current one (scale %g) kept", source, section["target_dtype"],
+                     amp_state.target_dtype, amp_state.scaler.scale)
+        return lambda: None
+    return lambda: amp_state.scaler.load_state_dict(candidate.state_dict())
+
+
+def _check_kvstore_config(trainer):
+    """Refuse kvstore setups where a skipped step cannot be exact; pick update_on_kvstore=False for dist."""
+    if trainer._contains_sparse_weight or trainer._contains_sparse_grad:
+        raise ValueError("AMP loss scaling does not support sparse weights or gradients (row_sparse parameter "
+                         "found); use dense parameters")
+    if trainer._kv_initialized:
+        distributed, on_kvstore = trainer._distributed, _on_kvstore(trainer)
+    else:
+        config = trainer._kvstore_params
+        kvstore = config["kvstore"]
+        kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
+        distributed, on_kvstore = "dist" in kv_type, config["update_on_kvstore"]
+        if distributed and "async" in kv_type:
+            raise ValueError("AMP cannot skip steps exactly with an asynchronous kvstore (%r): the servers apply "
+                             "each worker's update on arrival; use 'dist_sync'" % kv_type)
+        if distributed and on_kvstore is None:
+            config["update_on_kvstore"] = on_kvstore = False
+    if distributed and on_kvstore:
+        raise ValueError("AMP needs update_on_kvstore=False with a distributed kvstore: with updates on the "
+                         "servers, a worker cannot skip a step the others take; create the Trainer with "
+                         "update_on_kvstore=False (or leave it unset before amp.init_trainer)")
+
+
+def init_trainer(trainer, loss_scaler=None):
+    """Attach loss scaling to one ``gluon.Trainer`` instance.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+    loss_scaler : LossScaler, optional
+        Defaults to ``LossScaler.default_for(dtype)`` for the dtype given to ``amp.init`` (dynamic for float16,
+        static scale 1 for bfloat16); without ``amp.init`` (e.g. a network cast to float16 by hand) the float16
+        default. Pass the same scaler to several trainers that get gradients from one scaled loss: they then
+        use one scale, which advances once all of them stepped.
+
+    Returns
+    -------
+    LossScaler
+        The scaler now attached. Calling ``init_trainer`` again on the same trainer replaces the scaler when
+        one is given and otherwise keeps the attached one; the methods are wrapped only once.
+
+    Raises
+    ------
+    TypeError
+        ``trainer`` is not a ``gluon.Trainer`` or ``loss_scaler`` not a ``LossScaler``.
+    ValueError
+        Sparse parameters, an async kvstore, or ``update_on_kvstore=True`` with a distributed kvstore: setups
+        where a skipped step cannot leave every worker's parameters and optimizer states unchanged.
+
+    Example
+    -------
+    >>> trainer = gluon.Trainer(net.collect_params(), 'adam', {'learning_rate': 1e-3})
+    >>> amp.init_trainer(trainer)
+    >>> with autograd.record():
+    ...     loss = loss_fn(net(x), y)
+    ...     with amp.scale_loss(loss, trainer) as scaled:
+    ...         autograd.backward(scaled)
+    >>> applied = trainer.step(x.shape[0])   # one host sync; False when the step was skipped
+    """
+    if not isinstance(trainer, Trainer):
+        raise TypeError("init_trainer expects a gluon.Trainer, got %s" % type(trainer).__name__)
+    if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
+        raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
+    _check_kvstore_config(trainer)
+    amp_state = getattr(trainer, _ATTR, None)
+    if amp_state is None:
+        dtype = _target_dtype()
+        amp_state = _AmpState(loss_scaler or LossScaler.default_for(dtype), dtype)
+        setattr(trainer, _ATTR, amp_state)
+        for name in _WRAPPED:
+            setattr(trainer, name, types.MethodType(globals()["_" + name], trainer))
+    elif loss_scaler is not None:
+        _GROUPS[amp_state.scaler].trainers.discard(trainer)
+        amp_state.scaler = loss_scaler
+    _GROUPS.setdefault(amp_state.scaler, _Group()).trainers.add(trainer)
+    return amp_state.scaler
+
+
+def get_loss_scaler(trainer):
+    """Return the LossScaler attached to ``trainer`` (RuntimeError if ``init_trainer`` was not called)."""
+    return _state(trainer).scaler
+
+
+@contextmanager
+def scale_loss(loss_or_losses, trainer):
+    """Context manager yielding the loss (or list of losses) multiplied by the trainer's current scale.
+
+    Parameters
+    ----------
+    loss_or_losses : NDArray or list/tuple of NDArray
+    trainer : gluon.Trainer
+        A trainer passed to :func:`init_trainer`; its ``step`` divides the scale back out.
+
+    Yields
+    ------
+    NDArray or list of NDArray
+        Scaled loss(es) to call ``backward`` on. No host sync.
+    """
+    scale = _state(trainer).scaler.scale
+    if isinstance(loss_or_losses, (list, tuple)):
+        yield [loss * scale for loss in loss_or_losses]
+    else:
+        yield loss_or_losses * scale
+
+
+def unscale(trainer):
+    """Unscale the trainer's gradients in place (e.g. before gradient clipping); call once per step.
+
+    All-reduces the gradients first when the trainer would (multi-device without updates on the kvstore), so
+    call it after ``backward`` and before ``trainer.step`` / ``trainer.update``, which then reuse its
+    finiteness check. No host sync.
+
+    Raises
+    ------
+    RuntimeError
+        Called twice in the same step, or on a trainer without :func:`init_trainer`.
+    """
+    amp_state = _state(trainer)
+    if amp_state.stage is _Stage.UNSCALED:
+        raise RuntimeError("amp.unscale() has already been called on this trainer since the last step()")
+    _ensure_kvstore(trainer)
+    if amp_state.stage is _Stage.READY and trainer._kvstore and not trainer._update_on_kvstore:
+        trainer._allreduce_grads()
+    amp_state.flag = _check_grads(trainer, 1.0 / amp_state.scaler.scale)
+    amp_state.stage = _Stage.UNSCALED
+
+
+def state_dict(trainer):
+    """Return the trainer's AMP state as a JSON-safe dict (for users with their own checkpoint format).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict()}``.
+    """
+    amp_state = _state(trainer)
+    return {"version": checkpoint.AMP_SECTION_VERSION, "target_dtype": amp_state.target_dtype,
+            "loss_scaler": amp_state.scaler.state_dict()}
+
+
+def load_state_dict(trainer, state):
+    """Restore what :func:`state_dict` returned; invalid input raises ValueError and changes nothing.
+
+    A state written for another target dtype (e.g. float16 into a bfloat16 run) keeps the current scaler and
+    logs a warning.
+
+    Raises
+    ------
+    TypeError
+        ``state`` is not a dict.
+    ValueError
+        Missing, unknown or invalid keys (the message names them) or an unsupported version.
+    """
+    if not isinstance(state, dict):
+        raise TypeError("AMP state must be a dict (from amp.state_dict), got %s" % type(state).__name__)
+    _prepare_amp_section(trainer, state, source="the given AMP state")()

@@ -1,0 +1,81 @@
+"""amp.doctor on models built to overflow / underflow in float16: findings, gradients, advice, CLI."""
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxnet.amp.doctor import diagnose, diagnose_block
+
+
+def _model(weight_scale, input_scale=1.0):
+    data = mx.sym.var("data")
+    h = mx.sym.FullyConnected(data, num_hidden=16, name="big")
+    h = mx.sym.Activation(h, act_type="relu", name="act")
+    out = mx.sym.FullyConnected(h, num_hidden=4, name="head")
+    rs = np.random.RandomState(0)
+    args = {"big_weight": mx.nd.array(rs.uniform(0, 1, (16, 32)) * weight_scale),
+            "big_bias": mx.nd.zeros(16), "head_weight": mx.nd.array(rs.uniform(-1, 1, (4, 16))),
+            "head_bias": mx.nd.zeros(4)}
+    batch = {"data": rs.uniform(0, 1, (8, 32)).astype(np.float32) * input_scale}
+    return out, args, batch
+
+
+def test_overflowing_op_is_found_first_with_advice():
+    sym, args, batch = _model(weight_scale=8000.0)  # |big| ~ 32 * 0.25 * 8000 = 64000 .. 130000 > 65504
+    report = diagnose(sym, args, {}, batch, "float16")
+    assert [(f.node, f.op, f.kind) for f in report.findings][:1] == [("big", "FullyConnected", "overflow")]
+    assert report.findings[0].fp32_max_abs > 65504
+    advice = report.advice()
+    assert advice[0] == "add these ops to fp32_ops: amp.init('float16', fp32_ops=['FullyConnected'])"
+    assert "bfloat16" in advice[1]
+    assert set(report.overflowing_grads) >= {"big_weight"}
+    text = report.format()
+    assert "overflow  big" in text and "advice:" in text
+
+
+def test_same_model_is_bfloat16_safe():
+    sym, args, batch = _model(weight_scale=8000.0)
+    report = diagnose(sym, args, {}, batch, "bfloat16")
+    assert report.findings == [] and report.overflowing_grads == []
+    assert report.advice() == ["no problem found: the model is bfloat16-safe on this batch"]
+
+
+def test_underflow_and_loss_scale_advice():
+    sym, args, batch = _model(weight_scale=1.0, input_scale=1e-9)  # outputs ~1e-8 < fp16's smallest 6e-8
+    report = diagnose(sym, args, {}, batch, "float16", loss_scale=2.0 ** 24)
+    assert ("big", "underflow") in [(f.node, f.kind) for f in report.findings]
+    assert any(line.startswith("outputs underflow to zero in float16") for line in report.advice())
+    grad_line = [line for line in report.advice() if line.startswith("gradients overflow at loss scale")]
+    assert grad_line and "LossScaler(init_scale=" in grad_line[0]
+
+
+def test_diagnose_block():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(8, in_units=4), mx.gluon.nn.Dense(2, in_units=8))
+    net.initialize(mx.init.Constant(3000.0))
+    report = diagnose_block(net, mx.nd.ones((2, 4)), "float16")
+    assert report.findings and report.findings[0].kind == "overflow"
+
+
+def test_cli_report_and_errors(tmp_path):
+    sym, args, batch = _model(weight_scale=8000.0)
+    prefix = str(tmp_path / "net")
+    sym.save(prefix + "-symbol.json")
+    mx.nd.save(prefix + "-0000.params", {"arg:" + k: v for k, v in args.items()})
+    np.save(str(tmp_path / "batch.npy"), batch["data"])
+    cmd = [sys.executable, "-m", "mxnet.amp", "doctor", "--symbol", prefix + "-symbol.json",
+           "--params", prefix + "-0000.params"]
+    ok = subprocess.run(cmd + ["--input-shape", "8,32", "--data", str(tmp_path / "batch.npy")],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "overflow  big" in ok.stdout and "fp32_ops=['FullyConnected']" in ok.stdout
+    for extra, message in ((["--input-shape", "8,x"], "--input-shape must be positive integers"),
+                           (["--input-shape", "4,32", "--data", str(tmp_path / "batch.npy")],
+                            "--data has shape (8, 32) but --input-shape is (4, 32)"),
+                           (["--input-shape", "8,32", "--data", str(tmp_path / "missing.npy")],
+                            "no such file")):
+        bad = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=300)
+        lines = [line for line in bad.stderr.splitlines() if line.strip()]
+        assert bad.returncode == 2 and len(lines) == 1 and message in lines[0], bad.stderr
