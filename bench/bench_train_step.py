@@ -33,7 +33,7 @@ def _child(config, steps, batch, size):
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
     if config == "contrib_bf16":
         peer.init_trainer(trainer)
-    elif config == "amp_bf16" and hasattr(amp, "init_trainer"):
+    elif config == "amp_bf16":
         amp.init_trainer(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x = mx.nd.random.uniform(shape=(batch, 3, size, size))
@@ -45,7 +45,7 @@ def _child(config, steps, batch, size):
             if config == "contrib_bf16":
                 with peer.scale_loss(loss, trainer) as scaled:
                     autograd.backward(scaled)
-            elif config == "amp_bf16" and hasattr(amp, "scale_loss"):
+            elif config == "amp_bf16":
                 with amp.scale_loss(loss, trainer) as scaled:
                     autograd.backward(scaled)
             else:

@@ -63,9 +63,7 @@ class Policy:
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
-        conditions = {}
-        for op, attr, values in lists.list_conditional_fp32_ops(self.target_dtype):
-            conditions.setdefault(op, []).append((attr, frozenset(values)))
+        conditions = {op: list(rules) for op, rules in lists.conditional_fp32(self.target_dtype).items()}
         for op, attr, values in self.conditional_fp32_ops:
             conditions.setdefault(op, []).append((attr, frozenset(values)))
         object.__setattr__(self, "_conditions", conditions)

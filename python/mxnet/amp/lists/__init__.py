@@ -1,0 +1,316 @@
+"""Operator categories for AMP: which dtype every MXNet operator runs in, per target dtype.
+
+The data live in one plain module per target dtype (:mod:`.float16`, :mod:`.bfloat16`); this module
+validates dtypes and op names, builds cached lookup tables from the data and answers the public queries
+(``list_lp16_ops`` and friends, re-exported as ``mxnet.amp.list_*``).
+
+Categories (see the dtype modules for what each means to the graph rewriter):
+``lp16``, ``fp32``, ``neutral``, ``widest``, ``conditional_fp32``, ``loss_output``.
+
+Example
+-------
+>>> from mxnet.amp import lists
+>>> lists.category("FullyConnected", "bfloat16")
+'lp16'
+>>> lists.category("softmax", "float16")
+'fp32'
+"""
+import ctypes
+import difflib
+import functools
+import importlib
+from types import MappingProxyType
+
+import numpy as np
+
+__all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
+           "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
+           "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
+           "list_widest_type_cast", "list_loss_output_functions"]
+
+CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
+DTYPES = ("float16", "bfloat16")
+
+#: Category of each data tuple in a dtype module (CONDITIONAL_FP32 holds entries, not names).
+_CATEGORY_OF_TUPLE = (("lp16", "LP16"), ("fp32", "FP32"), ("neutral", "NEUTRAL"), ("widest", "WIDEST"),
+                      ("loss_output", "LOSS_OUTPUT"))
+
+#: Attribute that scales the gradient of each loss output (its backward ignores the head gradient, so
+#: the loss scaler multiplies this attribute instead). SVMOutput's gradient is proportional to
+#: ``regularization_coefficient``; the others have ``grad_scale``.
+LOSS_SCALE_ATTR = MappingProxyType({
+    "LinearRegressionOutput": "grad_scale",
+    "LogisticRegressionOutput": "grad_scale",
+    "MAERegressionOutput": "grad_scale",
+    "MakeLoss": "grad_scale",
+    "SVMOutput": "regularization_coefficient",
+    "Softmax": "grad_scale",
+    "SoftmaxOutput": "grad_scale",
+    "_sparse_LinearRegressionOutput": "grad_scale",
+    "_sparse_LogisticRegressionOutput": "grad_scale",
+    "_sparse_MAERegressionOutput": "grad_scale",
+})
+
+_UNLISTED_CATEGORY = "fp32"
+_UNLISTED_REASON = ("not in the built-in lists (registered after them, e.g. by mx.library.load): "
+                    "float32, the safe default for a kernel of unknown dtype support")
+
+_BF16 = np.dtype([("bfloat16", np.uint16)])  # MXNet's bfloat16 dtype object
+
+
+def normalize_dtype(dtype):
+    """Return the canonical name of an AMP target dtype.
+
+    Parameters
+    ----------
+    dtype : str, numpy dtype or type
+        ``'float16'``, ``numpy.float16``, ``'bfloat16'`` or MXNet's bfloat16 dtype object
+        (``numpy.dtype([('bfloat16', numpy.uint16)])``).
+
+    Returns
+    -------
+    str
+        ``'float16'`` or ``'bfloat16'``.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not one of the above; the message lists the valid choices.
+    """
+    if isinstance(dtype, str):
+        if dtype in DTYPES:
+            return dtype
+    else:
+        try:
+            resolved = np.dtype(dtype) if dtype is not None else None
+        except (TypeError, ValueError):
+            resolved = None
+        if resolved == _BF16:
+            return "bfloat16"
+        if resolved == np.float16:
+            return "float16"
+    raise ValueError("Unsupported AMP target dtype %r: expected 'float16' (or numpy.float16) or "
+                     "'bfloat16' (or MXNet's bfloat16 dtype %r)" % (dtype, _BF16))
+
+
+class _Table:
+    """Lookup tables built once from one dtype module."""
+
+    def __init__(self, module):
+        categories = {}
+        for cat, attr in _CATEGORY_OF_TUPLE:
+            for name in getattr(module, attr):
+                categories[name] = cat
+        conditions = {}
+        for op, attr, values in module.CONDITIONAL_FP32:
+            categories[op] = "conditional_fp32"
+            conditions.setdefault(op, []).append((attr, frozenset(values)))
+        self.categories = MappingProxyType(categories)
+        self.conditions = MappingProxyType({op: tuple(c) for op, c in conditions.items()})
+        self.reasons = MappingProxyType({name: why for names, why in module.REASONS for name in names})
+        self.by_category = MappingProxyType({
+            cat: tuple(sorted(n for n, c in categories.items() if c == cat)) for cat in CATEGORIES})
+        self.conditional_entries = tuple(module.CONDITIONAL_FP32)
+        self.native_lp16 = MappingProxyType({dev: frozenset(ops) for dev, ops in module.NATIVE_LP16.items()})
+
+
+_TABLES = {}
+
+
+def _table(dtype):
+    """Return the cached table for ``dtype`` (any spelling accepted by :func:`normalize_dtype`)."""
+    try:
+        return _TABLES[dtype]
+    except (KeyError, TypeError):
+        pass
+    name = normalize_dtype(dtype)
+    if name not in _TABLES:
+        _TABLES[name] = _Table(importlib.import_module("." + name, __name__))
+    return _TABLES[name]
+
+
+@functools.lru_cache(maxsize=None)
+def _mxnet_forward_ops():
+    import mxnet as mx
+    return frozenset(op for op in mx.operator.get_all_registered_operators()
+                     if not op.startswith("_backward"))
+
+
+def registered_forward_ops():
+    """Return every forward operator name MXNet knows now, this project's ops included.
+
+    MXNet's registry is read once (after ``import mxnet.amp`` has loaded the extension library);
+    ``_ext.OP_NAMES`` are always included.
+
+    Returns
+    -------
+    frozenset of str
+    """
+    from .. import _ext
+    return _mxnet_forward_ops() | frozenset(_ext.OP_NAMES)
+
+
+@functools.lru_cache(maxsize=None)
+def alias_groups():
+    """Return the registered forward op names grouped by operator (names sharing one op handle).
+
+    Returns
+    -------
+    tuple of tuple of str
+        Each group sorted; groups sorted by their first name.
+    """
+    import mxnet as mx
+    groups = {}
+    for name in sorted(registered_forward_ops()):
+        handle = ctypes.c_void_p()
+        mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
+        groups.setdefault(handle.value, []).append(name)
+    return tuple(sorted(tuple(g) for g in groups.values()))
+
+
+def _unknown_op(op_name, dtype):
+    known = registered_forward_ops()
+    close = difflib.get_close_matches(str(op_name), sorted(known), n=3)
+    hint = " Did you mean %s?" % ", ".join(repr(c) for c in close) if close else ""
+    return ValueError("Unknown operator %r for AMP dtype %r: it is not a registered forward operator "
+                      "(see mxnet.operator.get_all_registered_operators()).%s" % (op_name, dtype, hint))
+
+
+def category(op_name, dtype):
+    """Return the AMP category of an operator for a target dtype.
+
+    Cheap (one dict lookup after the first call per dtype): the rewriter calls it for every node.
+
+    Parameters
+    ----------
+    op_name : str
+        Registered operator name, e.g. ``'FullyConnected'`` or ``'_npi_matmul'``.
+    dtype : str or dtype
+        Target dtype, see :func:`normalize_dtype`.
+
+    Returns
+    -------
+    str
+        One of :data:`CATEGORIES`. Registered ops missing from the lists (ops registered after
+        them, e.g. by a user's ``mx.library.load``) are ``'fp32'``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype, or an op name MXNet does not know (with close matches).
+    """
+    table = _table(dtype)
+    try:
+        return table.categories[op_name]
+    except KeyError:
+        pass
+    except TypeError:
+        raise TypeError("op_name must be a str, got %r" % (op_name,)) from None
+    if _is_registered_unlisted(op_name):
+        return _UNLISTED_CATEGORY
+    raise _unknown_op(op_name, normalize_dtype(dtype))
+
+
+_UNLISTED = set()  # registered names missing from the lists, remembered once seen
+
+
+def _is_registered_unlisted(op_name):
+    """Whether MXNet knows ``op_name`` now (its registry is read again: a library may have been loaded)."""
+    if op_name not in _UNLISTED:
+        import mxnet as mx
+        if op_name not in registered_forward_ops() and op_name not in mx.operator.get_all_registered_operators():
+            return False
+        _UNLISTED.add(op_name)
+    return True
+
+
+def reason(op_name, dtype):
+    """Return why an operator sits in its category for a target dtype (one sentence).
+
+    Parameters
+    ----------
+    op_name : str
+        Registered operator name.
+    dtype : str or dtype
+        Target dtype, see :func:`normalize_dtype`.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or operator name.
+    """
+    table = _table(dtype)
+    if op_name in table.reasons:
+        return table.reasons[op_name]
+    category(op_name, dtype)  # raises for unknown names
+    return _UNLISTED_REASON
+
+
+def conditional_fp32(dtype):
+    """Return the conditional fp32 rules as ``{op: ((attribute, frozenset(values)), ...)}``.
+
+    The op runs in float32 when one of its attributes has one of the listed values, otherwise it is
+    neutral. Attribute values compare as the strings MXNet stores in node attributes.
+    """
+    return _table(dtype).conditions
+
+
+def native_lp16_ops(dtype, device_type):
+    """Return the low precision ops with fast ``dtype`` kernels on ``device_type`` in MXNet 1.9.1.
+
+    Parameters
+    ----------
+    dtype : str or dtype
+        Target dtype, see :func:`normalize_dtype`.
+    device_type : {'cpu', 'gpu'}
+
+    Returns
+    -------
+    frozenset of str
+        float16: every lp16 op on GPU, none on CPU; bfloat16: every lp16 op on CPU (oneDNN, AVX-512
+        required at run time), none on GPU.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    native = _table(dtype).native_lp16
+    if device_type not in native:
+        raise ValueError("Unknown device_type %r: expected one of %s"
+                         % (device_type, ", ".join(repr(d) for d in sorted(native))))
+    return native[device_type]
+
+
+def list_lp16_ops(dtype):
+    """Return the ops that run in the target dtype (inputs cast to it). See :func:`category`."""
+    return list(_table(dtype).by_category["lp16"])
+
+
+def list_fp32_ops(dtype):
+    """Return the ops that always run in float32 (inputs cast to float32)."""
+    return list(_table(dtype).by_category["fp32"])
+
+
+def list_lp16_fp32_ops(dtype):
+    """Return the dtype-neutral ops: they run in whatever float type arrives, inputs untouched."""
+    return list(_table(dtype).by_category["neutral"])
+
+
+def list_conditional_fp32_ops(dtype):
+    """Return ``[(op, attribute, [values]), ...]``: float32 when the attribute has one of the values."""
+    return [(op, attr, list(values)) for op, attr, values in _table(dtype).conditional_entries]
+
+
+def list_widest_type_cast(dtype):
+    """Return the multi-input ops whose float inputs are cast to the widest float type among them."""
+    return list(_table(dtype).by_category["widest"])
+
+
+def list_loss_output_functions(dtype):
+    """Return the legacy loss heads (fp32 inputs; the loss scale goes into :data:`LOSS_SCALE_ATTR`)."""
+    return list(_table(dtype).by_category["loss_output"])

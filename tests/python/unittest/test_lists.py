@@ -1,0 +1,315 @@
+"""Tests for mxnet.amp.lists: every registered forward op classified once per dtype, sound choices."""
+import collections
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+import mxnet.amp  # noqa: F401  (loads the extension library: its ops must be registered first)
+from mxnet.amp import _ext, lists
+from mxnet.amp.lists import bfloat16, float16
+
+MODULES = {"float16": float16, "bfloat16": bfloat16}
+DTYPES = tuple(MODULES)
+_TUPLES = ("LP16", "FP32", "NEUTRAL", "WIDEST", "LOSS_OUTPUT")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def registered_forward_ops():
+    """Forward ops computed here, independently of the package: MXNet's registry + the project's ops."""
+    ops = {op for op in mx.operator.get_all_registered_operators() if not op.startswith("_backward")}
+    return ops | set(_ext.OP_NAMES)
+
+
+def listed_names(module):
+    """Every name a dtype module lists, one entry per appearance (an op with several conditional
+    entries counts once)."""
+    names = [name for attr in _TUPLES for name in getattr(module, attr)]
+    return names + sorted({op for op, _, _ in module.CONDITIONAL_FP32})
+
+
+def coverage_problems(module, registered):
+    """Return {'missing': [...], 'duplicated': [...], 'unregistered': [...]} for a dtype module."""
+    counts = collections.Counter(listed_names(module))
+    return {
+        "missing": sorted(set(registered) - set(counts)),
+        "duplicated": sorted(name for name, n in counts.items() if n > 1),
+        "unregistered": sorted(set(counts) - set(registered)),
+    }
+
+
+def without(module, name):
+    """A copy of a dtype module's data with ``name`` deleted from wherever it is listed."""
+    copy = types.SimpleNamespace(**{attr: tuple(n for n in getattr(module, attr) if n != name)
+                                    for attr in _TUPLES})
+    copy.CONDITIONAL_FP32 = tuple(e for e in module.CONDITIONAL_FP32 if e[0] != name)
+    return copy
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_registered_forward_op_is_classified_exactly_once(dtype):
+    problems = coverage_problems(MODULES[dtype], registered_forward_ops())
+    assert problems == {"missing": [], "duplicated": [], "unregistered": []}, (
+        "%s op lists are out of date with MXNet %s: %s" % (dtype, mx.__version__, json.dumps(problems)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_deleting_any_one_op_is_reported(dtype):
+    module, registered = MODULES[dtype], registered_forward_ops()
+    for name in sorted(set(listed_names(module))):
+        assert coverage_problems(without(module, name), registered)["missing"] == [name]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_checker_reports_duplicates_and_unregistered_names(dtype):
+    module = MODULES[dtype]
+    broken = types.SimpleNamespace(**{attr: getattr(module, attr) for attr in _TUPLES})
+    broken.CONDITIONAL_FP32 = module.CONDITIONAL_FP32
+    broken.FP32 = module.FP32 + ("Convolution", "NotAnOp")
+    problems = coverage_problems(broken, registered_forward_ops())
+    assert problems == {"missing": [], "duplicated": ["Convolution"], "unregistered": ["NotAnOp"]}
+
+
+def test_project_ops_are_classified():
+    assert _ext.OP_NAMES
+    for dtype in DTYPES:
+        for op in _ext.OP_NAMES:
+            assert lists.category(op, dtype) in lists.CATEGORIES
+            assert op in registered_forward_ops()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_aliases_share_a_category_and_conditions(dtype):
+    conditions = lists.conditional_fp32(dtype)
+    groups = lists.alias_groups()
+    assert any("_npx_fully_connected" in g and "FullyConnected" in g for g in groups)
+    for group in groups:
+        cats = {name: lists.category(name, dtype) for name in group}
+        assert len(set(cats.values())) == 1, "aliases differ for %s: %s" % (dtype, cats)
+        conds = {name: sorted(conditions.get(name, ())) for name in group}
+        assert len({repr(c) for c in conds.values()}) == 1, "alias conditions differ: %s" % conds
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_data_are_plain_tuples_and_every_op_has_a_reason(dtype):
+    module = MODULES[dtype]
+    for attr in _TUPLES:
+        value = getattr(module, attr)
+        assert isinstance(value, tuple) and all(isinstance(n, str) for n in value), attr
+    reasons = collections.Counter(n for names, _ in module.REASONS for n in names)
+    assert sorted(n for n, c in reasons.items() if c > 1) == []
+    assert set(reasons) == set(listed_names(module))
+    for names, why in module.REASONS:
+        assert isinstance(names, tuple) and isinstance(why, str) and len(why) > 20
+        assert len({lists.category(n, dtype) for n in names}) == 1, "reason group spans categories"
+    assert lists.reason("Convolution", dtype) == dict(
+        (n, w) for names, w in module.REASONS for n in names)["Convolution"]
+
+
+MATMUL_LIKE = ("Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot", "_np_dot",
+               "_npi_matmul", "_npi_einsum", "_npi_tensordot", "_npi_tensordot_int_axes",
+               "_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt",
+               "_contrib_interleaved_matmul_encdec_qk", "_contrib_interleaved_matmul_encdec_valatt")
+# MXNet 1.9.1 has bf16 kernels (oneDNN) only for these matmul-likes; the rest are emulated.
+BF16_MATMUL = ("Convolution", "Deconvolution", "FullyConnected", "_sg_mkldnn_conv",
+               "_sg_mkldnn_fully_connected")
+
+
+def test_matmul_likes_run_in_low_precision():
+    for op in MATMUL_LIKE:
+        assert lists.category(op, "float16") == "lp16", op
+        assert lists.category(op, "bfloat16") == "lp16", op
+    native = lists.native_lp16_ops("bfloat16", "cpu")
+    assert set(BF16_MATMUL) <= native
+    for op in set(MATMUL_LIKE) - set(BF16_MATMUL):
+        assert op not in native, op
+        assert "emulated" in lists.reason(op, "bfloat16")
+
+
+FP32_ONLY = ("sum", "mean", "prod", "nansum", "norm", "_np_sum", "_npi_mean", "_npi_std", "_npi_var",
+             "_npi_norm", "moments", "exp", "log", "_npi_exp", "_npi_log", "_npi_power", "broadcast_power",
+             "softmax", "log_softmax", "softmin", "SoftmaxActivation", "_npx_softmax", "LayerNorm",
+             "GroupNorm", "InstanceNorm", "L2Normalization", "CTCLoss", "softmax_cross_entropy",
+             "smooth_l1", "make_loss")
+LOSS_HEADS = ("SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput",
+              "SVMOutput", "MakeLoss")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reductions_softmax_norms_and_losses_run_in_fp32(dtype):
+    for op in FP32_ONLY:
+        assert lists.category(op, dtype) == "fp32", op
+    assert sorted(lists.list_loss_output_functions(dtype)) == sorted(
+        {alias for g in lists.alias_groups() for alias in g if set(g) & set(LOSS_HEADS)})
+
+
+INDEX_TAKING = ("Embedding", "take", "batch_take", "one_hot", "pick", "gather_nd", "scatter_nd",
+                "SequenceMask", "SequenceLast", "SequenceReverse", "_contrib_boolean_mask", "_onehot_encode",
+                "argmax", "argmin", "topk", "argsort", "sort", "_npi_bitwise_and", "_npi_equal_scalar",
+                "_contrib_SparseEmbedding", "_npi_take", "_ravel_multi_index")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_integer_semantics_ops_are_never_cast_to_low_precision(dtype):
+    for op in INDEX_TAKING:
+        assert lists.category(op, dtype) in ("neutral", "fp32"), op
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_in_place_ops_are_neutral(dtype):
+    # casting an input of an in-place update would update a temporary copy
+    for op in ("sgd_update", "adam_update", "multi_mp_sgd_mom_update", "_npi_boolean_mask_assign_scalar",
+               "reset_arrays", "amp_multi_unscale_check"):
+        assert lists.category(op, dtype) == "neutral", op
+
+
+def test_bf16_keeps_conv_nets_in_bf16():
+    # a conv block must not bounce to fp32 between layers
+    for op in ("Activation", "Pooling"):
+        assert lists.category(op, "bfloat16") == "conditional_fp32"
+    for op in ("BatchNorm", "relu", "Flatten", "Reshape", "transpose", "LRN"):
+        assert lists.category(op, "bfloat16") == "neutral", op
+    for op in ("Concat", "elemwise_add", "broadcast_add", "_npi_add", "add_n", "where"):
+        assert lists.category(op, "bfloat16") == "widest", op
+    low_or_any = (lists.list_lp16_ops("bfloat16") + lists.list_lp16_fp32_ops("bfloat16")
+                  + lists.list_widest_type_cast("bfloat16"))
+    assert len(low_or_any) > 1.8 * len(lists.list_fp32_ops("bfloat16"))
+
+
+def _create_symbol(op, attrs):
+    """Create an atomic symbol through MXNet's C API (parses and validates every attribute)."""
+    handle = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(op), ctypes.byref(handle)))
+    sym = mx.base.SymbolHandle()
+    keys = mx.base.c_str_array(list(attrs))
+    vals = mx.base.c_str_array([str(v) for v in attrs.values()])
+    mx.base.check_call(mx.base._LIB.MXSymbolCreateAtomicSymbol(
+        handle, mx.base.mx_uint(len(attrs)), keys, vals, ctypes.byref(sym)))
+    mx.base.check_call(mx.base._LIB.NNSymbolFree(sym))
+
+
+# attributes (other than the conditional one) that an op needs before its symbol can be created
+REQUIRED_ATTRS = {"Pooling": {"kernel": (2, 2)}, "Pooling_v1": {"kernel": (2, 2)}}
+
+
+def _required_attrs(op):
+    group = next(g for g in lists.alias_groups() if op in g)
+    return next((REQUIRED_ATTRS[name] for name in group if name in REQUIRED_ATTRS), {})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conditional_entries_name_real_attribute_values(dtype):
+    entries = lists.list_conditional_fp32_ops(dtype)
+    assert {op for op, _, _ in entries} >= {"Activation", "_npx_activation", "LeakyReLU", "Pooling"}
+    for op, attr, values in entries:
+        for value in values:
+            _create_symbol(op, dict(_required_attrs(op), **{attr: value}))
+        with pytest.raises(mx.base.MXNetError):
+            _create_symbol(op, dict(_required_attrs(op), **{attr: "no_such_value"}))
+        assert lists.conditional_fp32(dtype)[op] == ((attr, frozenset(values)),)
+    assert ("Activation", "act_type", ["softrelu"] if dtype == "float16" else ["softrelu", "softsign"]) \
+        in entries
+
+
+def test_loss_scale_attributes_are_real_arguments():
+    for dtype in DTYPES:
+        heads = lists.list_loss_output_functions(dtype)
+        assert sorted(heads) == sorted(lists.LOSS_SCALE_ATTR)
+    for op, attr in lists.LOSS_SCALE_ATTR.items():
+        assert attr in mx.operator.get_operator_arguments(op).names, (op, attr)
+
+
+BF16 = np.dtype([("bfloat16", np.uint16)])
+
+
+@pytest.mark.parametrize("spelling, expected", [
+    ("float16", "float16"), (np.float16, "float16"), (np.dtype("float16"), "float16"),
+    ("bfloat16", "bfloat16"), (BF16, "bfloat16"), ([("bfloat16", np.uint16)], "bfloat16")])
+def test_normalize_dtype_accepts_the_target_dtypes(spelling, expected):
+    assert lists.normalize_dtype(spelling) == expected
+    assert lists.category("FullyConnected", spelling) == "lp16"
+
+
+@pytest.mark.parametrize("bad", ["float32", np.float32, "fp16", "bf16", None, 16, np.dtype("uint16")])
+def test_normalize_dtype_rejects_others_listing_the_choices(bad):
+    with pytest.raises(ValueError) as err:
+        lists.normalize_dtype(bad)
+    message = str(err.value)
+    assert repr(bad) in message and "'float16'" in message and "'bfloat16'" in message
+    with pytest.raises(ValueError):
+        lists.list_lp16_ops(bad)
+
+
+def test_unknown_op_names_get_close_matches():
+    with pytest.raises(ValueError, match="FullyConected.*Did you mean 'FullyConnected'"):
+        lists.category("FullyConected", "float16")
+    with pytest.raises(ValueError, match="Did you mean"):
+        lists.reason("Convolutoin", "bfloat16")
+    with pytest.raises(TypeError, match="op_name must be a str"):
+        lists.category(["Convolution"], "float16")
+
+
+def test_registered_but_unlisted_ops_default_to_fp32():
+    assert lists.category("_backward_FullyConnected", "float16") == "fp32"
+    assert "not in the built-in lists" in lists.reason("_backward_FullyConnected", "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_public_queries_partition_the_ops(dtype):
+    parts = [lists.list_lp16_ops(dtype), lists.list_fp32_ops(dtype), lists.list_lp16_fp32_ops(dtype),
+             lists.list_widest_type_cast(dtype), lists.list_loss_output_functions(dtype),
+             sorted({op for op, _, _ in lists.list_conditional_fp32_ops(dtype)})]
+    flat = [op for part in parts for op in part]
+    assert len(flat) == len(set(flat)) == len(registered_forward_ops())
+    assert all(isinstance(p, list) for p in parts)
+    parts[0].append("mutated")  # callers get copies
+    assert "mutated" not in lists.list_lp16_ops(dtype)
+
+
+def test_native_lp16_ops_per_device():
+    assert lists.native_lp16_ops("float16", "gpu") == frozenset(lists.list_lp16_ops("float16"))
+    assert lists.native_lp16_ops("float16", "cpu") == frozenset()
+    assert lists.native_lp16_ops("bfloat16", "cpu") < frozenset(lists.list_lp16_ops("bfloat16"))
+    assert lists.native_lp16_ops("bfloat16", "gpu") == frozenset()
+    with pytest.raises(ValueError, match="'tpu'.*'cpu', 'gpu'"):
+        lists.native_lp16_ops("float16", "tpu")
+
+
+# Native (non-oneDNN) bf16 kernels the bf16 lists rely on, and ones they avoid because they lack one.
+_PROBED_NEUTRAL = ("BatchNorm", "_sparse_relu", "transpose", "Concat", "_npi_add", "take", "Embedding")
+_PROBED_NO_BF16 = ("Dropout", "_npi_true_divide", "_npx_batch_dot", "_np_sum")
+# Ops without a native bf16 kernel that MXNet routes to oneDNN for bf16 (AVX-512 needed to run them).
+_ONEDNN_BF16 = ("Convolution", "Deconvolution", "FullyConnected", "Activation", "LeakyReLU", "Pooling", "LRN")
+
+
+def _probe(ops, *flags):
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "probe_bf16.py"), "--json",
+                           "--ops", ",".join(ops)] + list(flags),
+                          capture_output=True, text=True, check=True, timeout=300)
+    return json.loads(proc.stdout)
+
+
+def test_bf16_choices_match_the_native_kernel_probe():
+    rows = _probe(_PROBED_NEUTRAL + _PROBED_NO_BF16 + _ONEDNN_BF16)
+    for op in _PROBED_NEUTRAL:
+        assert rows[op]["bfloat16"] == "ok:bfloat16", (op, rows[op])
+        assert lists.category(op, "bfloat16") in ("neutral", "widest")
+    for op in _PROBED_NO_BF16 + _ONEDNN_BF16:
+        assert rows[op]["float32"].startswith("ok") and rows[op]["bfloat16"].startswith("error"), rows[op]
+    for op in _PROBED_NO_BF16:  # never handed bf16: float32, or low precision emulated on its fp32 kernel
+        cat = lists.category(op, "bfloat16")
+        assert cat == "fp32" or (cat == "lp16" and op not in lists.native_lp16_ops("bfloat16", "cpu")), op
+
+
+def test_bf16_ops_without_native_kernels_are_routed_to_onednn():
+    rows = _probe(_ONEDNN_BF16, "--mkldnn")
+    for op in _ONEDNN_BF16:
+        # "ok" on AVX-512 CPUs; elsewhere oneDNN is reached but cannot create the bf16 primitive
+        assert rows[op]["bfloat16"] == "ok:bfloat16" or rows[op]["bfloat16"].startswith("onednn:"), rows[op]
+        assert lists.category(op, "bfloat16") in ("lp16", "neutral", "conditional_fp32")
