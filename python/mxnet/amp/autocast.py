@@ -25,6 +25,7 @@ import weakref
 
 import mxnet as mx
 from mxnet.base import OpHandle, c_str
+import numpy as np
 from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
@@ -199,10 +200,12 @@ def _frontend_ops():
 def _patch_frontends(policy):
     wrappers = {}
     for module, attr, func, op in _frontend_ops():
-        if policy.action(op) == NEUTRAL and op not in policy._conditions:
+        conditional = op in policy._conditions
+        action = None if conditional else policy.action(op)
+        if action == NEUTRAL:
             continue
         if func not in wrappers:
-            wrappers[func] = _wrap_op(func, op)
+            wrappers[func] = _wrap_op(func, op, action)
         _STATE.patches.append((module, attr, func))
         setattr(module, attr, wrappers[func])
 
@@ -211,8 +214,45 @@ def _is_array(x):
     return isinstance(x, mx.nd.NDArray)
 
 
+# NDArray.dtype is a NumPy type (legacy arrays), a np.dtype (numpy-mode arrays) or MXNet's bf16 dtype object.
+_DTYPE_NAMES = {t: np.dtype(t).name for t in (np.float16, np.float32, np.float64)}
+_DTYPE_NAMES.update({np.dtype(t): name for t, name in list(_DTYPE_NAMES.items())})
+_DTYPE_NAMES[mx_dtype("bfloat16")] = "bfloat16"
+
+
 def _dtype_name(arr):
-    return graph.dtype_name(arr.dtype)
+    dtype = arr.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    return name if name is not None else graph.dtype_name(dtype)
+
+
+def _arrays(args, kwargs):
+    """The array arguments of a call (one level of lists included), ``out=`` excluded."""
+    found = []
+    for x in list(args) + [v for k, v in kwargs.items() if k != "out"]:
+        if _is_array(x):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            found.extend(e for e in x if _is_array(e))
+    return found
+
+
+def _map_arrays(fn, args, kwargs):
+    def one(x):
+        if _is_array(x):
+            return fn(x)
+        if isinstance(x, (list, tuple)) and x and all(_is_array(e) for e in x):
+            return type(x)(fn(e) for e in x)
+        return x
+    return [one(a) for a in args], {k: (v if k == "out" else one(v)) for k, v in kwargs.items()}
+
+
+def _map_outputs(fn, out):
+    if _is_array(out):
+        return fn(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(fn(o) if _is_array(o) else o for o in out)
+    return out
 
 
 def _cast(arr, dtype):
@@ -220,6 +260,13 @@ def _cast(arr, dtype):
     if isinstance(arr, mx.np.ndarray):
         return _AMP_CAST(arr.as_nd_ndarray(), dtype=mx_dtype(dtype)).as_np_ndarray()
     return _AMP_CAST(arr, dtype=mx_dtype(dtype))
+
+
+def _round(arr, dtype):
+    """A float32 array rounded to ``dtype``, kept in float32 (emulated low precision): one ``amp_round``."""
+    if isinstance(arr, mx.np.ndarray):
+        return _AMP_ROUND(arr.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
+    return _AMP_ROUND(arr, dtype=dtype)
 
 
 def _reusing_parameter_casts(arr, key, make):
@@ -238,77 +285,49 @@ def _to_dtype(arr, dtype):
     return _reusing_parameter_casts(arr, dtype, lambda a: _cast(a, dtype))
 
 
-def _round(arr, dtype):
-    """A float32 array rounded to ``dtype``, kept in float32 (emulated low precision): one ``amp_round``."""
-    if isinstance(arr, mx.np.ndarray):
-        return _AMP_ROUND(arr.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
-    return _AMP_ROUND(arr, dtype=dtype)
-
-
 def _round_trip(arr, dtype):
     return _reusing_parameter_casts(arr, ("round", dtype), lambda a: _round(a, dtype))
 
 
-def _map_arrays(fn, args, kwargs):
-    def one(x):
-        if _is_array(x):
-            return fn(x)
-        if isinstance(x, (list, tuple)) and x and all(_is_array(e) for e in x):
-            return type(x)(fn(e) for e in x)
-        return x
-    return [one(a) for a in args], {k: (v if k == "out" else one(v)) for k, v in kwargs.items()}
+def _converter(policy, op, action, arrays):
+    """Return the per-array conversion an imperative call needs (None when nothing is to be done)."""
+    target = policy.target_dtype
+    if action == LP16 and policy.emulates(op, arrays[0].context.device_type):
+        return lambda x: _round_trip(x, target) if _dtype_name(x) == "float32" else x
+    if action == LP16:
+        return lambda x: _to_dtype(x, target) if _dtype_name(x) == "float32" else x
+    if action == FP32:
+        return lambda x: _to_dtype(x, "float32") if _FLOAT_RANK.get(_dtype_name(x)) == 1 else x
+    if action == WIDEST:
+        floats = {_dtype_name(x) for x in arrays} & _FLOAT_RANK.keys()
+        if len(floats) > 1:
+            widest = max(floats, key=_FLOAT_RANK.get)
+            widest = "float32" if _FLOAT_RANK[widest] == 1 else widest
+            return lambda x: _to_dtype(x, widest) if _dtype_name(x) in floats - {widest} else x
+    return None
 
 
-def _arrays(args, kwargs):
-    for x in list(args) + [v for k, v in kwargs.items() if k != "out"]:
-        if _is_array(x):
-            yield x
-        elif isinstance(x, (list, tuple)):
-            for e in x:
-                if _is_array(e):
-                    yield e
-
-
-def _wrap_op(func, op):
+def _wrap_op(func, op, action):
+    """Wrap one front-end function; ``action`` is fixed by the policy, or None for conditional ops."""
     def amp_op(*args, **kwargs):
-        policy = _active_policy()
-        if policy is None:
+        policy = _STATE.policy
+        if policy is None or getattr(_LOCAL, "disabled", 0):
             return func(*args, **kwargs)
-        arrays = list(_arrays(args, kwargs))
+        arrays = _arrays(args, kwargs)
         if not arrays:
             return func(*args, **kwargs)
-        action = policy.action(op, {k: str(v) for k, v in kwargs.items()} if op in policy._conditions else None)
-        target = policy.target_dtype
-        if action == LP16 and policy.emulates(op, arrays[0].context.device_type):
-            def round_trip(x):
-                return _round_trip(x, target) if _dtype_name(x) == "float32" else x
-            args, kwargs = _map_arrays(round_trip, args, kwargs)
-            return _map_outputs(round_trip, func(*args, **kwargs))
-        if action == LP16:
-            args, kwargs = _map_arrays(lambda x: _to_dtype(x, target) if _dtype_name(x) == "float32" else x,
-                                       args, kwargs)
-        elif action == FP32:
-            args, kwargs = _map_arrays(lambda x: _to_dtype(x, "float32") if _FLOAT_RANK.get(_dtype_name(x)) == 1
-                                       else x, args, kwargs)
-        elif action == WIDEST:
-            floats = {_dtype_name(x) for x in arrays} & set(_FLOAT_RANK)
-            if len(floats) > 1:
-                widest = max(floats, key=_FLOAT_RANK.get)
-                widest = "float32" if _FLOAT_RANK[widest] == 1 else widest
-                args, kwargs = _map_arrays(lambda x: _to_dtype(x, widest) if _dtype_name(x) in floats
-                                           and _dtype_name(x) != widest else x, args, kwargs)
-        return func(*args, **kwargs)
+        act = action or policy.action(op, {k: str(v) for k, v in kwargs.items()})
+        convert = _converter(policy, op, act, arrays)
+        if convert is None:
+            return func(*args, **kwargs)
+        args, kwargs = _map_arrays(convert, args, kwargs)
+        out = func(*args, **kwargs)
+        if act == LP16 and policy.emulates(op, arrays[0].context.device_type):
+            out = _map_outputs(convert, out)  # the op's low precision output, rounded like its inputs
+        return out
     amp_op = functools.wraps(func)(amp_op)
     amp_op.__amp_original__ = func
     return amp_op
-
-
-def _map_outputs(fn, out):
-    if _is_array(out):
-        return fn(out)
-    if isinstance(out, (list, tuple)):
-        return type(out)(fn(o) if _is_array(o) else o for o in out)
-    return out
 
 
 def _amp_block_call(self, *args):
