@@ -11,6 +11,7 @@ import sys
 COMMANDS = {
     "demo": ("mxnet.amp.demo", "train a small CNN on the digits data set with AMP next to fp32"),
     "lists": ("mxnet.amp.lists_cli", "show the operator categories, or one operator's category and why"),
+    "doctor": ("mxnet.amp.doctor", "find the ops and gradients that overflow or underflow in low precision"),
 }
 
 
