@@ -5,6 +5,7 @@ Both runs use the same initial weights and batch order, so the table compares pr
 from dataclasses import dataclass
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -17,9 +18,10 @@ class DemoConfig:
 
     epochs: int = 6
     batch_size: int = 64
-    learning_rate: float = 0.1
+    learning_rate: float = 0.05
     dtype: str = "bfloat16"
     seed: int = 0
+    out_dir: str = "amp_report"
 
 
 def load_digits_split(seed=0, test_fraction=0.25):
@@ -67,65 +69,162 @@ def _accuracy(net, x, y, batch_size):
     return correct / len(x)
 
 
-def train(config, use_amp, data, log=print):
-    """Train one model; return a dict of per-epoch loss, accuracy and seconds."""
+class _Progress:
+    """A one-line progress bar on a terminal; nothing otherwise (the epoch lines say enough)."""
+
+    def __init__(self, out, label, total):
+        self.out, self.label, self.total, self.done = out, label, total, 0
+        self.live = hasattr(out, "isatty") and out.isatty()
+
+    def advance(self):
+        self.done += 1
+        if self.live:
+            filled = int(30 * self.done / self.total)
+            self.out.write("\r  %-9s [%s%s] %d/%d steps" % (self.label, "#" * filled, "." * (30 - filled),
+                                                            self.done, self.total))
+            self.out.flush()
+
+    def clear(self):
+        if self.live:
+            self.out.write("\r" + " " * 70 + "\r")
+
+
+def _new_model(config, use_amp, ctx):
+    """Network and trainer; with AMP a dynamic loss scaler (the demo shows its history and checkpointing)."""
+    import mxnet as mx
+    from mxnet import gluon
+    from . import trainer as amp_trainer
+    from .loss_scaler import LossScaler
+    net = build_cnn()
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": config.learning_rate, "momentum": 0.9})
+    if use_amp:
+        amp_trainer.init_trainer(trainer, LossScaler(init_scale=2.0 ** 12, growth_interval=20))
+    return net, trainer
+
+
+def train(config, use_amp, data, log=print, ctx=None):
+    """Train one model; with AMP, save a checkpoint half-way and resume from it in a new net and Trainer.
+
+    Returns
+    -------
+    dict
+        Per-epoch ``loss``, ``accuracy``, ``seconds``; per-step ``scales`` and the ``skipped`` step indices;
+        ``resumed_at`` (step), ``scale_saved``/``scale_loaded``, and the final ``net``.
+    """
     import mxnet as mx
     from mxnet import autograd, gluon
     from . import autocast
+    from . import trainer as amp_trainer
 
+    ctx = ctx or mx.cpu()
     x_train, y_train, x_test, y_test = data
+    label = config.dtype if use_amp else "float32"
     if use_amp:
-        autocast.init(config.dtype)
+        with warnings.catch_warnings():  # the float32 run's model still exists; this run builds its own
+            warnings.filterwarnings("ignore", message="amp.init.. was called after")
+            autocast.init(config.dtype)
     try:
         mx.random.seed(config.seed)
-        np.random.seed(config.seed)
-        net = build_cnn()
-        net.initialize(mx.init.Xavier())
-        net.hybridize()
-        trainer = gluon.Trainer(net.collect_params(), "sgd",
-                                {"learning_rate": config.learning_rate, "momentum": 0.9})
+        net, trainer = _new_model(config, use_amp, ctx)
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        history = {"loss": [], "accuracy": [], "seconds": []}
+        hist = {"loss": [], "accuracy": [], "seconds": [], "scales": [], "skipped": [], "resumed_at": None}
         order = np.random.RandomState(config.seed).permutation(len(x_train))
+        steps_per_epoch = (len(order) + config.batch_size - 1) // config.batch_size
         for epoch in range(config.epochs):
+            if use_amp and epoch == config.epochs // 2 and epoch > 0:
+                net, trainer = _resume(config, net, trainer, hist, ctx)
+                log("  %-9s checkpoint saved and reloaded into a new Trainer: loss scale %g -> %g"
+                    % (label, hist["scale_saved"], hist["scale_loaded"]))
+            bar = _Progress(sys.stderr, label, steps_per_epoch)
             start, total, count = time.perf_counter(), 0.0, 0
             for i in range(0, len(order), config.batch_size):
                 idx = order[i:i + config.batch_size]
-                xb, yb = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
+                xb, yb = mx.nd.array(x_train[idx], ctx=ctx), mx.nd.array(y_train[idx], ctx=ctx)
                 with autograd.record():
                     loss = loss_fn(net(xb), yb)
-                loss.backward()
-                trainer.step(len(idx))
+                    if use_amp:
+                        hist["scales"].append(amp_trainer.get_loss_scaler(trainer).scale)
+                        with amp_trainer.scale_loss(loss, trainer) as scaled:
+                            autograd.backward(scaled)
+                if not use_amp:
+                    loss.backward()
+                if trainer.step(len(idx)) is False:
+                    hist["skipped"].append(len(hist["scales"]) - 1)
                 total += float(loss.sum().asscalar())
                 count += len(idx)
-            seconds = time.perf_counter() - start
-            acc = _accuracy(net, x_test, y_test, config.batch_size)
-            history["loss"].append(total / count)
-            history["accuracy"].append(acc)
-            history["seconds"].append(seconds)
-            log("  %-9s epoch %d  loss %.4f  test accuracy %.3f  %.2f s"
-                % (config.dtype if use_amp else "float32", epoch + 1, total / count, acc, seconds))
-        return history
+                bar.advance()
+            bar.clear()
+            hist["seconds"].append(time.perf_counter() - start)
+            hist["loss"].append(total / count)
+            hist["accuracy"].append(_accuracy(net, x_test, y_test, config.batch_size))
+            log("  %-9s epoch %d/%d  loss %.4f  test accuracy %.3f  %.2f s"
+                % (label, epoch + 1, config.epochs, hist["loss"][-1], hist["accuracy"][-1], hist["seconds"][-1]))
+        hist["net"] = net
+        hist["graph"] = net._cached_graph[1]  # the rewritten training graph (reset() discards it)
+        return hist
     finally:
         if use_amp:
             autocast.reset()
 
 
+def _resume(config, net, trainer, hist, ctx):
+    """Save parameters and trainer states, then continue in a new net and Trainer loaded from the files."""
+    import os
+    from . import trainer as amp_trainer
+    os.makedirs(config.out_dir, exist_ok=True)
+    params = os.path.join(config.out_dir, "checkpoint.params")
+    states = os.path.join(config.out_dir, "checkpoint.states")
+    net.save_parameters(params)
+    trainer.save_states(states)
+    hist["scale_saved"] = amp_trainer.get_loss_scaler(trainer).scale
+    hist["resumed_at"] = len(hist["scales"])
+    new_net, new_trainer = _new_model(config, True, ctx)
+    new_net.load_parameters(params, ctx=ctx)
+    new_trainer.load_states(states)
+    hist["scale_loaded"] = amp_trainer.get_loss_scaler(new_trainer).scale
+    return new_net, new_trainer
+
+
+def _param_bytes(net):
+    return sum(p.data().size * np.dtype(p.data().dtype).itemsize for p in net.collect_params().values())
+
+
 def run_demo(config, out=sys.stdout):
-    """Train fp32 then AMP with identical data and seeds; print a side-by-side table."""
+    """Train fp32, then AMP with a checkpoint resume, with identical data and seeds; print a table and
+    write the report folder (PNG plots). Returns the two histories."""
+    import os
+    from . import report
+    from .policy import make_policy
+
     def log(line):
         print(line, file=out, flush=True)
     data = load_digits_split(config.seed)
-    log("digits: %d train / %d test images, %d epochs, batch %d"
-        % (len(data[0]), len(data[2]), config.epochs, config.batch_size))
+    log("digits: %d train / %d test images, %d epochs, batch %d, AMP dtype %s"
+        % (len(data[0]), len(data[2]), config.epochs, config.batch_size, config.dtype))
     fp32 = train(config, False, data, log)
     amp = train(config, True, data, log)
+    os.makedirs(config.out_dir, exist_ok=True)
+    rows = [("final test accuracy", "%.3f" % fp32["accuracy"][-1], "%.3f" % amp["accuracy"][-1]),
+            ("final training loss", "%.4f" % fp32["loss"][-1], "%.4f" % amp["loss"][-1]),
+            ("seconds per epoch (median)", "%.2f" % np.median(fp32["seconds"]), "%.2f" % np.median(amp["seconds"])),
+            ("skipped steps", "0", "%d" % len(amp["skipped"])),
+            ("loss scale at save / after load", "-", "%g / %g" % (amp["scale_saved"], amp["scale_loaded"])),
+            ("parameter bytes (training)", "%d" % _param_bytes(fp32["net"]), "%d" % _param_bytes(amp["net"]))]
     log("")
-    log("%-6s | %-22s | %-22s" % ("epoch", "float32 loss / acc / s", "%s loss / acc / s" % config.dtype))
-    for e in range(config.epochs):
-        log("%-6d | %.4f / %.3f / %5.2f   | %.4f / %.3f / %5.2f"
-            % (e + 1, fp32["loss"][e], fp32["accuracy"][e], fp32["seconds"][e],
-               amp["loss"][e], amp["accuracy"][e], amp["seconds"][e]))
+    log("%-32s %14s %14s" % ("", "float32", config.dtype))
+    for row in rows:
+        log("%-32s %14s %14s" % row)
+    report.plot_losses({"float32": fp32, config.dtype: amp}, os.path.join(config.out_dir, "loss.png"))
+    report.plot_loss_scale(amp["scales"], amp["skipped"], os.path.join(config.out_dir, "loss_scale.png"),
+                           amp["resumed_at"])
+    report.plot_precision_map(report.precision_map(amp["graph"], make_policy(config.dtype)),
+                              os.path.join(config.out_dir, "precision_map.png"),
+                              "precision map of the training graph (%s)" % config.dtype)
+    log("")
+    log("report written to %s/: loss.png, loss_scale.png, precision_map.png" % config.out_dir)
     return {"float32": fp32, config.dtype: amp}
 
 
@@ -144,10 +243,12 @@ def add_arguments(parser):
     """Options of ``python -m mxnet.amp demo``."""
     parser.add_argument("--epochs", type=_positive_int, default=DemoConfig.epochs)
     parser.add_argument("--batch-size", type=_positive_int, default=DemoConfig.batch_size)
-    parser.add_argument("--dtype", choices=("bfloat16", "float16"), default=DemoConfig.dtype)
+    parser.add_argument("--dtype", choices=("bfloat16", "float16"), default=DemoConfig.dtype,
+                        help="low precision type (float16 runs emulated on CPU)")
+    parser.add_argument("--out", default=DemoConfig.out_dir, help="report folder (default: %(default)s)")
 
 
 def run(args):
     """Run the demo from parsed arguments; return the exit status."""
-    run_demo(DemoConfig(epochs=args.epochs, batch_size=args.batch_size, dtype=args.dtype))
+    run_demo(DemoConfig(epochs=args.epochs, batch_size=args.batch_size, dtype=args.dtype, out_dir=args.out))
     return 0

@@ -1,0 +1,130 @@
+"""PNG plots for the demo report: loss curves, loss-scale history, and the precision map of a graph."""
+import json
+
+from . import graph as _graph
+from .policy import FP32, LP16, NEUTRAL, WIDEST
+
+__all__ = ["precision_map", "plot_losses", "plot_loss_scale", "plot_precision_map"]
+
+#: How a node runs, in the order of the legend, with its colour.
+ROLES = (("low precision", "#f28e2b"), ("low precision (emulated)", "#ffbe7d"), ("float32", "#4e79a7"),
+         ("widest type", "#76b7b2"), ("dtype-neutral", "#bab0ac"), ("cast", "#e15759"), ("input", "#ffffff"))
+
+
+def precision_map(sym, policy, device_type="cpu"):
+    """Return ``[(name, op, role, [input indices])]`` for the op and variable nodes of a rewritten symbol.
+
+    ``role`` is one of the names in :data:`ROLES`: what the policy decided for the node on ``device_type``
+    (AMP's own cast nodes are 'cast').
+    """
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    out = []
+    for node in nodes:
+        op = node["op"]
+        if op == "null":
+            role = "input"
+        elif op in _graph.CAST_OPS:
+            role = "cast"
+        else:
+            action = policy.action(op, node.get("attrs"), node["name"])
+            role = {FP32: "float32", WIDEST: "widest type", NEUTRAL: "dtype-neutral"}.get(action)
+            if action == LP16:
+                role = "low precision (emulated)" if policy.emulates(op, device_type) else "low precision"
+        out.append((node["name"], op, role, [i[0] for i in node["inputs"]]))
+    return out
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_losses(histories, path):
+    """Training loss and test accuracy per epoch for each run in ``{label: history}``."""
+    plt = _pyplot()
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, hist in histories.items():
+        epochs = range(1, len(hist["loss"]) + 1)
+        ax_loss.plot(epochs, hist["loss"], marker="o", label=label)
+        ax_acc.plot(epochs, hist["accuracy"], marker="o", label=label)
+    ax_loss.set(title="training loss", xlabel="epoch", ylabel="mean cross-entropy")
+    ax_acc.set(title="test accuracy", xlabel="epoch", ylabel="accuracy", ylim=(0, 1))
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_loss_scale(scales, skipped, path, resumed_at=None):
+    """Loss scale per step (log scale), skipped steps marked, the checkpoint resume shown."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    ax.step(range(len(scales)), scales, where="post", label="loss scale")
+    if skipped:
+        ax.scatter(skipped, [scales[i] for i in skipped], color="#e15759", zorder=3, label="skipped step (inf/nan)")
+    if resumed_at is not None:
+        ax.axvline(resumed_at, color="gray", linestyle="--", label="checkpoint saved, resumed in a new Trainer")
+    ax.set_yscale("log", base=2)
+    ax.set(title="loss scale (%d skipped steps)" % len(skipped), xlabel="step", ylabel="scale")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _data_path(nodes):
+    """Drop parameters and their casts (counted instead): keep the nodes the data flows through."""
+    params = {i for i, (name, op, _, _) in enumerate(nodes) if op == "null" and not name.startswith("data")}
+    dropped = set(params)
+    for i, (_, op, role, inputs) in enumerate(nodes):
+        if role == "cast" and inputs and all(j in dropped for j in inputs):
+            dropped.add(i)
+    keep = [i for i in range(len(nodes)) if i not in dropped]
+    index = {old: new for new, old in enumerate(keep)}
+    kept = [(n[0], n[1], n[2], [index[j] for j in n[3] if j in index]) for n in (nodes[i] for i in keep)]
+    return kept, len(params), len(dropped) - len(params)
+
+
+def plot_precision_map(nodes, path, title, columns=12):
+    """Draw a graph from :func:`precision_map` along the data path, coloured by how each node runs.
+
+    Parameters and their casts are left out of the picture and counted in the title. Nodes are placed by
+    depth, wrapped every ``columns`` levels.
+    """
+    from matplotlib.patches import Patch
+    plt = _pyplot()
+    nodes, n_params, n_param_casts = _data_path(nodes)
+    depth = []
+    for _, _, _, inputs in nodes:
+        depth.append(1 + max((depth[i] for i in inputs), default=-1))
+    lanes, pos = {}, []
+    for d in depth:
+        pos.append((d % columns, (d // columns) * 3 + lanes.get(d, 0)))
+        lanes[d] = lanes.get(d, 0) + 1
+    colours = dict(ROLES)
+    height = max(y for _, y in pos) + 1
+    fig, ax = plt.subplots(figsize=(2 + 1.25 * columns, 1.2 + 0.7 * height))
+    for (_, _, _, inputs), (x, y) in zip(nodes, pos):
+        for i in inputs:
+            ax.annotate("", xy=(x, -y), xytext=(pos[i][0], -pos[i][1]),
+                        arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.7})
+    for (name, op, role, _), (x, y) in zip(nodes, pos):
+        label = name if op == "null" else op.replace("_sg_mkldnn_", "onednn_")
+        ax.text(x, -y, label[:16], ha="center", va="center", fontsize=7, zorder=3,
+                bbox={"boxstyle": "round4" if role == "cast" else "round", "fc": colours[role], "ec": "#555555",
+                      "lw": 0.5})
+    ax.set_xlim(-0.7, columns - 0.3)
+    ax.set_ylim(-height + 0.4, 0.7)
+    ax.axis("off")
+    counts = {r: sum(1 for n in nodes if n[2] == r) for r, _ in ROLES}
+    ax.legend(handles=[Patch(fc=c, ec="#555555", label="%s (%d)" % (r, counts[r])) for r, c in ROLES if counts[r]],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_title("%s\n(not drawn: %d parameters, %d casts of parameters)" % (title, n_params, n_param_casts))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

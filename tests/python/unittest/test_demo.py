@@ -1,0 +1,39 @@
+"""The main job: AMP vs fp32 on the digits data, checkpoint resume, table and report plots."""
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mxnet import amp
+from mxnet.amp.demo import DemoConfig, run_demo
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_trains_resumes_and_reports(tmp_path):
+    out = io.StringIO()
+    result = run_demo(DemoConfig(epochs=3, out_dir=str(tmp_path)), out)
+    text = out.getvalue()
+    fp32, bf16 = result["float32"], result["bfloat16"]
+    assert fp32["accuracy"][-1] > 0.6 and bf16["accuracy"][-1] > 0.6, (fp32["accuracy"], bf16["accuracy"])
+    assert bf16["loss"][-1] < 0.5 * bf16["loss"][0]
+    assert bf16["scale_saved"] == bf16["scale_loaded"] and bf16["resumed_at"] == 22
+    assert "checkpoint saved and reloaded into a new Trainer: loss scale %g -> %g" % (
+        bf16["scale_saved"], bf16["scale_loaded"]) in text
+    for row in ("final test accuracy", "seconds per epoch (median)", "skipped steps",
+                "loss scale at save / after load", "parameter bytes (training)"):
+        assert row in text
+    assert "%.3f" % bf16["accuracy"][-1] in text
+    for name in ("loss.png", "loss_scale.png", "precision_map.png"):
+        with open(os.path.join(str(tmp_path), name), "rb") as f:
+            assert f.read(8) == PNG, name
+    assert not amp.is_enabled()  # the demo leaves AMP off
+
+
+def test_demo_cli_rejects_bad_options():
+    proc = subprocess.run([sys.executable, "-m", "mxnet.amp", "demo", "--epochs", "0"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "expected a positive integer, got '0'" in proc.stderr
+    assert "Traceback" not in proc.stderr
