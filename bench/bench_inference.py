@@ -1,0 +1,179 @@
+"""Inference speed of converted models: ResNet-50 and a transformer encoder block on CPU.
+
+Variants, timed in the same run (contrib's bfloat16 in a process of its own: some of MXNet's bfloat16 oneDNN
+paths fail or crash on CPUs without AVX-512, and a crash must not end the benchmark):
+- fp32:          the float32 symbol, plain executor
+- fp32 fused:    the float32 symbol after oneDNN fusion (``optimize_for('MKLDNN')``)
+- contrib bf16:  ``mxnet.contrib.amp.convert_model(..., 'bfloat16')`` (the peer we benchmark against)
+- ours bf16:     ``mxnet.amp.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default)
+- ours bf16 unfused: the same with ``fuse=False``
+Prints ms per batch (the best of --repeat runs; the runs alternate the variants, so load from other
+processes hits them alike), the ratio to fp32 (>1 is faster) and the max deviation from fp32 scaled by
+max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernels, rounded values): expect
+it to be slower than fp32 there.
+
+Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused")
+#: Variants timed together in one process; contrib's bf16 runs alone (it fails or crashes on some CPUs).
+GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused"), ("contrib bf16",))
+MODELS = ("resnet50", "transformer")
+
+
+def build(model, batch):
+    """Return ``(symbol, arg_params, aux_params, {input: array})`` of a float32 model (random weights)."""
+    import mxnet as mx
+    from mxnet.amp.convert import block_graph
+    mx.random.seed(0)
+    if model == "resnet50":
+        from mxnet.gluon.model_zoo import vision
+        net = vision.resnet50_v1()
+        x = np.random.RandomState(0).uniform(-1, 1, (batch, 3, 224, 224)).astype(np.float32)
+    else:
+        net = _encoder()
+        x = np.random.RandomState(0).uniform(-1, 1, (batch, 128, 512)).astype(np.float32)
+    net.initialize(mx.init.Xavier())
+    data = mx.nd.array(x)
+    inputs, sym, params = block_graph(net, [data])
+    args = {k: v for k, v in params.items() if k in sym.list_arguments()}
+    aux = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
+    return sym, args, aux, {inputs[0].name: x}
+
+
+def _encoder(units=512, heads=8, hidden=2048, seq=128):
+    """A post-LN transformer encoder block on (batch, seq, units)."""
+    from mxnet.gluon import nn, HybridBlock
+
+    class Encoder(HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.q = nn.Dense(units, flatten=False)
+                self.k = nn.Dense(units, flatten=False)
+                self.v = nn.Dense(units, flatten=False)
+                self.proj = nn.Dense(units, flatten=False)
+                self.ln1 = nn.LayerNorm()
+                self.ffn1 = nn.Dense(hidden, flatten=False, activation="relu")
+                self.ffn2 = nn.Dense(units, flatten=False)
+                self.ln2 = nn.LayerNorm()
+
+        def hybrid_forward(self, F, x):
+            d = units // heads
+
+            def split(t):  # (B, T, C) -> (B * H, T, d)
+                t = F.transpose(F.reshape(t, shape=(0, 0, heads, d)), axes=(0, 2, 1, 3))
+                return F.reshape(t, shape=(-3, 0, 0))
+
+            att = F.softmax(F.batch_dot(split(self.q(x)), split(self.k(x)), transpose_b=True) / np.sqrt(d))
+            o = F.reshape(F.batch_dot(att, split(self.v(x))), shape=(-4, -1, heads, 0, 0))
+            o = F.reshape(F.transpose(o, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+            x = self.ln1(x + self.proj(o))
+            return self.ln2(x + self.ffn2(self.ffn1(x)))
+
+    return Encoder()
+
+
+def variant_graph(variant, sym, args, aux):
+    """Return ``(symbol, args, aux)`` of one variant."""
+    import mxnet as mx
+    if variant == "fp32":
+        return sym, args, aux
+    if variant == "fp32 fused":
+        args, aux = dict(args), dict(aux)
+        return sym.optimize_for("MKLDNN", args, aux, ctx=mx.cpu(), skip_infer=True), args, aux
+    if variant == "contrib bf16":
+        from mxnet.contrib import amp as contrib_amp
+        return contrib_amp.convert_model(sym, args, aux, target_dtype="bfloat16")
+    from mxnet.amp.convert import convert
+    out = convert(sym, args, aux, "bfloat16", cast_params_offline=True,
+                  fuse=None if variant == "ours bf16" else False)
+    return out.symbol, out.arg_params, out.aux_params
+
+
+def time_variants(model, variants, batch, repeat):
+    """Time variants in this process, interleaved (load from other processes hits them alike).
+
+    Returns ``{variant: {'seconds': best time per batch, 'output': first outputs}}``.
+    """
+    import mxnet as mx
+    sym, args, aux, data = build(model, batch)
+    runs = {}
+    for name in variants:
+        vsym, vargs, vaux = variant_graph(name, sym, args, aux)
+        feed = dict(vargs, **{k: mx.nd.array(v) for k, v in data.items()})
+        exe = vsym.bind(mx.cpu(), feed, aux_states=vaux, grad_req="null")
+        out = exe.forward(is_train=False)[0]  # warm-up
+        runs[name] = (exe, {"seconds": float("inf"),
+                            "output": out.astype("float32").asnumpy().ravel()[:4096].tolist()})
+    for _ in range(repeat):
+        for exe, result in runs.values():
+            start = time.perf_counter()
+            exe.forward(is_train=False)[0].wait_to_read()
+            result["seconds"] = min(result["seconds"], time.perf_counter() - start)
+    return {name: result for name, (_, result) in runs.items()}
+
+
+def run_child(model, variants, batch, repeat, timeout):
+    """Time variants in a fresh process; return their results, or {variant: {'error': ...}}."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", model, ",".join(variants), "--batch", str(batch),
+           "--repeat", str(repeat)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {v: {"error": "timed out after %d s" % timeout} for v in variants}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    lines = [l for l in proc.stderr.splitlines() if l.strip() and "activated" not in l]
+    last = lines[-1] if lines else "exit status %d" % proc.returncode
+    return {v: {"error": "failed (exit %d): %s" % (proc.returncode, last[:160])} for v in variants}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per variant")
+    parser.add_argument("--child", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        result = time_variants(args.child[0], args.child[1].split(","), args.batch, args.repeat)
+        print(json.dumps(result))
+        return 0
+    from mxnet.amp import policy
+    native = policy.native_support("bfloat16", "cpu")
+    print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if native else
+                                        "emulated: no bf16 kernels on this CPU (float32 kernels, rounded values)"))
+    print("batch %d, best of %d interleaved runs after one warm-up" % (args.batch, args.repeat))
+    for model in args.models.split(","):
+        results = {}
+        for group in GROUPS:
+            results.update(run_child(model, group, args.batch, args.repeat, args.timeout))
+        base = results["fp32"]
+        ref = np.array(base.get("output", []))
+        print("\n%s" % model)
+        print("%-18s | %10s | %12s | %s" % ("variant", "ms/batch", "vs fp32", "max rel dev vs fp32"))
+        for name in VARIANTS:
+            res = results[name]
+            if "error" in res:
+                print("%-18s | %s" % (name, res["error"]))
+                continue
+            ratio = base["seconds"] / res["seconds"] if "seconds" in base else float("nan")
+            out = np.array(res["output"])
+            dev = np.abs(out - ref).max() / np.abs(ref).max() if ref.size and out.size == ref.size else float("nan")
+            print("%-18s | %10.1f | %11.2fx | %.2e" % (name, 1000 * res["seconds"], ratio, dev))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

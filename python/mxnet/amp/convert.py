@@ -1,0 +1,447 @@
+"""Inference conversion: turn a float32 model into a mixed precision one, ready to save, run or export.
+
+The casts come from :func:`mxnet.amp.graph.rewrite_symbol`, the same rewrite ``amp.init`` applies to training
+graphs, so both follow one set of lists. Conversion adds three things on top:
+
+* **oneDNN fusion first** (CPU, on by default): ``conv + BatchNorm + relu`` and friends become ``_sg_mkldnn_*``
+  nodes before casts are inserted, so the low precision graph runs the fused kernels.
+* **Offline parameter casting** (``cast_params_offline=True``): a parameter whose every reader wants the target
+  dtype is stored in that dtype and its cast disappears; parameters some reader needs in float32 (BatchNorm
+  statistics, say) stay float32. A shared parameter is stored and cast once. In an *emulated* graph (no low
+  precision kernels on the device, see :meth:`~mxnet.amp.policy.Policy.emulates`) the parameter is stored
+  in float32, already rounded to the target dtype, and its rounding node disappears.
+* **A summary** (:class:`ConversionSummary`): casts in the graph, ops per precision, parameter bytes.
+"""
+from dataclasses import dataclass
+import json
+
+import numpy as np
+
+from . import graph, lists
+from .policy import LP16, make_policy
+
+__all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
+           "ConversionSummary"]
+
+#: MXNet type codes for a variable's ``__dtype__`` attribute.
+_DTYPE_CODE = {"float32": "0", "float16": "2", "bfloat16": "12"}
+_FUSION_BACKEND = "MKLDNN"
+
+
+@dataclass(frozen=True)
+class ConversionSummary:
+    """What a conversion produced.
+
+    Attributes
+    ----------
+    target_dtype : str
+        'float16' or 'bfloat16'.
+    device_type : str
+        'cpu' or 'gpu': the device the graph was converted for.
+    fused : bool
+        Whether oneDNN fusion ran before the rewrite.
+    emulated : bool
+        Whether low precision ops are emulated (rounding casts around float32 kernels).
+    casts, multicasts : int
+        Cast nodes in the converted graph: ``amp_cast`` + ``amp_round`` (emulation rounding), and
+        ``amp_multicast``.
+    ops : tuple of (str, int)
+        Op nodes per decision: 'lp16' (target dtype), 'fp32', 'widest', 'neutral' (runs in what arrives).
+    params_cast : int
+        Parameters converted offline (stored in the target dtype, or rounded to it when emulated).
+    param_bytes_before, param_bytes_after : int
+        Bytes of all parameters before and after conversion.
+    """
+
+    target_dtype: str
+    device_type: str
+    fused: bool
+    emulated: bool
+    casts: int
+    multicasts: int
+    ops: tuple
+    params_cast: int
+    param_bytes_before: int
+    param_bytes_after: int
+
+    def as_dict(self):
+        """Return a JSON-safe dict of every field."""
+        return {"target_dtype": self.target_dtype, "device_type": self.device_type, "fused": self.fused,
+                "emulated": self.emulated, "casts": self.casts, "multicasts": self.multicasts,
+                "ops": dict(self.ops), "params_cast": self.params_cast,
+                "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after}
+
+    def format(self):
+        """Return a short human-readable report (several lines)."""
+        mode = "emulated (float32 kernels, values rounded to %s)" % self.target_dtype if self.emulated \
+            else "native %s kernels" % self.target_dtype
+        ops = ", ".join("%s %d" % (k, v) for k, v in self.ops) or "none"
+        return "\n".join([
+            "target dtype:     %s on %s, %s%s" % (self.target_dtype, self.device_type, mode,
+                                                  ", oneDNN-fused" if self.fused else ""),
+            "casts inserted:   %d amp_cast/amp_round, %d amp_multicast" % (self.casts, self.multicasts),
+            "ops by precision: %s" % ops,
+            "parameters:       %d cast offline; %s -> %s bytes" % (
+                self.params_cast, format(self.param_bytes_before, ","), format(self.param_bytes_after, ","))])
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """Result of :func:`convert`: the converted symbol, its parameters and the summary."""
+
+    symbol: object
+    arg_params: dict
+    aux_params: dict
+    summary: ConversionSummary
+
+
+def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", target_dtype_ops=None,
+            fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False,
+            ctx=None, fuse=None, emulate=None, input_names=None):
+    """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
+
+    Parameters
+    ----------
+    sym : Symbol
+        Legacy or numpy-mode symbol; not modified.
+    arg_params, aux_params : dict of str to NDArray, optional
+        The parameters; not modified (arrays that need no change are shared with the result).
+    target_dtype : {'float16', 'bfloat16'}
+    target_dtype_ops, fp32_ops, conditional_fp32_ops : optional
+        Overrides of the built-in lists, as in :func:`mxnet.amp.init`.
+    excluded_sym_names : list of str, optional
+        Node names kept in float32. A fused node is kept in float32 when it contains an excluded node
+        or an op named in ``fp32_ops``.
+    cast_params_offline : bool
+        Store parameters in the target dtype where every reader wants it (see the module docstring).
+    ctx : Context, optional
+        Device the model will run on (default CPU): decides emulation and fusion.
+    fuse : bool, optional
+        Fuse with the oneDNN subgraph backend before converting. Default: on for bfloat16 on CPU when MXNet
+        has oneDNN (oneDNN's fused ops have no float16 kernels).
+    emulate : bool, optional
+        Force (True) or forbid (False) emulated low precision; default decides per op and device.
+    input_names : list of str, optional
+        Variables that are model inputs, never cast offline. Default: every variable without an array in
+        ``arg_params``/``aux_params``.
+
+    Returns
+    -------
+    Conversion
+
+    Raises
+    ------
+    TypeError
+        ``sym`` is not a Symbol or a parameter is not an NDArray.
+    ValueError
+        Unknown dtype or op name, fusion asked for on a GPU or without oneDNN, or
+        ``cast_params_offline`` with neither parameters nor ``input_names``.
+    """
+    import mxnet as mx
+    if not isinstance(sym, mx.sym.Symbol):
+        raise TypeError("convert: sym must be an mxnet Symbol, got %s" % type(sym).__name__)
+    arg_params = _check_params(arg_params, "arg_params")
+    aux_params = _check_params(aux_params, "aux_params")
+    device_type = _device_type(ctx)
+    fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
+    excluded = list(excluded_sym_names or ())
+    if fuse:
+        sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
+        excluded += _fused_nodes_to_exclude(sym, set(excluded), set(fp32_ops or ()))
+    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate)
+    params = dict(arg_params, **aux_params)
+    var_dtypes = {name: arr.dtype for name, arr in params.items()}
+    new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes)
+    gdict = json.loads(new_sym.tojson(remove_amp_cast=False))
+    params_cast = {}
+    if cast_params_offline:
+        gdict, storage = _cast_params_in_graph(gdict, _param_names(sym, params, input_names),
+                                               policy.target_dtype)
+        params_cast = _cast_arrays({n: params[n] for n in storage if n in params}, storage, policy.target_dtype)
+        params_cast.update({n: None for n in storage if n not in params})  # convert_symbol: no arrays
+    out_sym = mx.sym.load_json(json.dumps(gdict))
+    if isinstance(sym, mx.sym.np._Symbol):
+        out_sym = out_sym.as_np_ndarray()
+    cast = {k: v for k, v in params_cast.items() if v is not None}
+    new_args = {k: cast.get(k, v) for k, v in arg_params.items()}
+    new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
+    emulated = any(policy.emulates(n["op"], device_type) for n in json.loads(sym.tojson())["nodes"]
+                   if n["op"] != "null" and policy.action(n["op"], n.get("attrs"), n["name"]) == LP16)
+    summary = ConversionSummary(
+        policy.target_dtype, device_type, fuse, emulated,
+        sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
+        sum(n["op"] == "amp_multicast" for n in gdict["nodes"]), tuple(sorted(stats.actions.items())),
+        len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
+    return Conversion(out_sym, new_args, new_aux, summary)
+
+
+def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
+                   ctx=None, fuse=None, emulate=None, input_names=None):
+    """Return ``sym`` converted to mixed precision (no parameters involved).
+
+    With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
+    dtype becomes a variable of that dtype (store its values accordingly). See :func:`convert` for the
+    parameters.
+
+    Example
+    -------
+    >>> low = amp.convert_symbol(sym, "bfloat16")
+    >>> low.save("net-bf16-symbol.json", remove_amp_cast=False)
+    """
+    return convert(sym, None, None, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
+                   excluded_sym_names, cast_params_offline, ctx, fuse, emulate, input_names).symbol
+
+
+def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+                  conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
+                  ctx=None, fuse=None, emulate=None):
+    """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
+
+    See :func:`convert` for the parameters (use it directly to get the :class:`ConversionSummary` too).
+
+    Example
+    -------
+    >>> sym, args, aux = mx.model.load_checkpoint("resnet", 0)
+    >>> sym, args, aux = amp.convert_model(sym, args, aux, "bfloat16", cast_params_offline=True)
+    >>> mx.model.save_checkpoint("resnet-bf16", 0, sym, args, aux, remove_amp_cast=False)
+    """
+    out = convert(sym, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate)
+    return out.symbol, out.arg_params, out.aux_params
+
+
+def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+                         conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
+                         cast_params_offline=False, *, fuse=None, emulate=None):
+    """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
+
+    Parameters
+    ----------
+    block : HybridBlock
+        Legacy or numpy-mode; nested blocks and several inputs/outputs are fine. Not modified, except that
+        it runs once on ``data_example`` when its parameters are not initialized yet.
+    data_example : NDArray or list of NDArray
+        One example per input (values are not used beyond shape/type inference).
+    ctx : Context, optional
+        Where the result lives and runs; default: the context of ``data_example``.
+
+    See :func:`convert` for the other parameters.
+
+    Example
+    -------
+    >>> low = amp.convert_hybrid_block(net, mx.nd.zeros((1, 3, 224, 224)), "bfloat16")
+    >>> y = low(x)
+    """
+    import mxnet as mx
+    from mxnet.gluon import HybridBlock, SymbolBlock
+    if not isinstance(block, HybridBlock):
+        raise TypeError("convert_hybrid_block: block must be a gluon HybridBlock, got %s"
+                        % type(block).__name__)
+    data = list(data_example) if isinstance(data_example, (list, tuple)) else [data_example]
+    if not data or not all(isinstance(d, mx.nd.NDArray) for d in data):
+        raise TypeError("convert_hybrid_block: data_example must be an NDArray or a list of NDArrays")
+    ctx = ctx or data[0].context
+    inputs, out, params = block_graph(block, data)
+    names = [s.name for s in inputs]
+    arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
+    aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
+    res = convert(out, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names)
+    new_params = dict(res.arg_params, **res.aux_params)
+    is_np = isinstance(out, mx.sym.np._Symbol)
+    inputs = [mx.sym.var(n, dtype=d.dtype) for n, d in zip(names, data)]
+    net = SymbolBlock(res.symbol, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
+    for name, param in net.collect_params().items():
+        param.cast(new_params[name].dtype)
+    net.collect_params().load_dict(new_params, ctx=ctx)
+    return net
+
+
+def block_graph(block, data):
+    """Return ``(input symbols, output symbol, {name: NDArray})`` of a HybridBlock run on ``data``.
+
+    The block runs once when its parameters are not initialized yet (deferred shapes). Arrays are legacy
+    NDArrays on their first context.
+    """
+    from mxnet.gluon.parameter import DeferredInitializationError
+    params = block.collect_params()
+    try:
+        for p in params.values():
+            p.data()
+    except DeferredInitializationError:
+        block(*data)
+    inputs, out = block._get_graph(*data)
+    arrays = {}
+    for p in params.values():
+        arr = p.data(p.list_ctx()[0])
+        arrays[p.name] = arr.as_nd_ndarray() if hasattr(arr, "as_nd_ndarray") else arr
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs], out, arrays
+
+
+def _param_names(sym, params, input_names):
+    """Variables that hold parameters: all but ``input_names`` when given, else those with arrays."""
+    if input_names is not None:
+        return set(sym.list_inputs()) - set(input_names)
+    if params:
+        return set(params)
+    raise ValueError("convert: cast_params_offline=True needs the parameters or input_names "
+                     "(which variables are model inputs) to know what to cast")
+
+
+def _check_params(params, where):
+    import mxnet as mx
+    params = dict(params or {})
+    for name, arr in params.items():
+        if not isinstance(arr, mx.nd.NDArray):
+            raise TypeError("convert: %s[%r] is a %s; expected an NDArray" % (where, name, type(arr).__name__))
+    return {k: (v.as_nd_ndarray() if isinstance(v, mx.np.ndarray) else v) for k, v in params.items()}
+
+
+def _device_type(ctx):
+    import mxnet as mx
+    if ctx is None:
+        return "cpu"
+    if not isinstance(ctx, mx.Context):
+        raise TypeError("convert: ctx must be an mxnet Context such as mx.cpu() or mx.gpu(0), got %r" % (ctx,))
+    if ctx.device_type not in ("cpu", "gpu"):
+        raise ValueError("convert: ctx must be a CPU or GPU context, got %s" % ctx)
+    return ctx.device_type
+
+
+def _has_onednn():
+    import mxnet as mx
+    return mx.runtime.Features().is_enabled("MKLDNN")
+
+
+def _resolve_fuse(fuse, device_type, dtype):
+    if fuse is None:
+        return device_type == "cpu" and dtype == "bfloat16" and _has_onednn()
+    if fuse not in (True, False):
+        raise ValueError("convert: fuse must be None (auto), True or False, got %r" % (fuse,))
+    if fuse and dtype != "bfloat16":
+        raise ValueError("convert: fuse=True with %s: oneDNN's fused ops have no %s kernels and would all run "
+                         "in float32; fusion applies to bfloat16 only" % (dtype, dtype))
+    if fuse and device_type != "cpu":
+        raise ValueError("convert: fuse=True applies oneDNN (CPU) fusion, but ctx is a %s" % device_type)
+    if fuse and not _has_onednn():
+        raise ValueError("convert: fuse=True needs an MXNet build with oneDNN (MKLDNN); this one has none")
+    return fuse
+
+
+def _fuse(sym, arg_params, aux_params):
+    """Run the oneDNN subgraph backend on ``sym``; return the fused symbol and its parameter dicts."""
+    import mxnet as mx
+    is_np = isinstance(sym, mx.sym.np._Symbol)
+    legacy = sym.as_nd_ndarray() if is_np else sym
+    args, aux = dict(arg_params), dict(aux_params)
+    fused = legacy.optimize_for(_FUSION_BACKEND, args, aux, ctx=mx.cpu(), skip_infer=True)
+    keep = set(fused.list_inputs())
+    args = {k: v for k, v in args.items() if k in keep or k not in set(legacy.list_inputs())}
+    aux = {k: v for k, v in aux.items() if k in keep or k not in set(legacy.list_inputs())}
+    return (fused.as_np_ndarray() if is_np else fused), args, aux
+
+
+def _fused_nodes_to_exclude(sym, excluded, fp32_ops):
+    """Names of fused nodes that contain an excluded node or an op the user forced to float32."""
+    out = []
+    for node in json.loads(sym.tojson())["nodes"]:
+        inner = [n for sub in node.get("subgraphs", ()) for n in sub["nodes"] if n["op"] != "null"]
+        if any(n["name"] in excluded or n["op"] in fp32_ops for n in inner):
+            out.append(node["name"])
+    return out
+
+
+def _cast_params_in_graph(gdict, param_names, target):
+    """Store parameters that are only read through casts to ``target`` in ``target``; drop those casts.
+
+    Returns ``(new graph dict, {name: storage dtype name})``. A parameter only read through emulation
+    rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32 storage, rounded to
+    ``target`` offline, and its rounding nodes disappear.
+    """
+    nodes = gdict["nodes"]
+    readers = {}
+    for nid, node in enumerate(nodes):
+        for src, _, _ in node["inputs"]:
+            readers.setdefault(src, []).append(nid)
+    head_ids = {h[0] for h in gdict["heads"]}
+    alias, storage = {}, {}
+    for vid, node in enumerate(nodes):
+        if node["op"] != "null" or node["name"] not in param_names or vid in head_ids:
+            continue
+        first = readers.get(vid, [])
+        if not first or any(c in head_ids for c in first):
+            continue
+        if all(_is_round(nodes[c], target) for c in first):
+            alias.update({(c, 0): (vid, 0) for c in first})
+            storage[node["name"]] = "float32"
+        elif all(_is_cast_to(nodes[c], target) for c in first):
+            ups = [r for c in first for r in readers.get(c, [])]
+            if len(first) == 1 and ups and all(_is_cast_to(nodes[u], "float32") for u in ups):
+                alias.update({(u, 0): (vid, 0) for u in ups})  # an amp_cast round trip
+                alias[(first[0], 0)] = (vid, 0)
+                storage[node["name"]] = "float32"
+            else:
+                alias.update({(c, 0): (vid, 0) for c in first})
+                node.setdefault("attrs", {})["__dtype__"] = _DTYPE_CODE[target]
+                storage[node["name"]] = target
+    if not alias:
+        return gdict, storage
+    return _compact(gdict, {nid for nid, _ in alias}, alias), storage
+
+
+def _is_round(node, dtype):
+    return node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype
+
+
+def _is_cast_to(node, dtype):
+    return node["op"] == "amp_cast" and node["attrs"]["dtype"] == dtype
+
+
+def _compact(gdict, dropped, alias):
+    """Remove ``dropped`` nodes, reading ``alias[(node, out)]`` instead of their outputs."""
+    def resolve(entry):
+        while entry in alias:
+            entry = alias[entry]
+        return entry
+    new_id, nodes = {}, []
+    for nid, node in enumerate(gdict["nodes"]):
+        if nid in dropped:
+            continue
+        inputs = []
+        for src, idx, ver in node["inputs"]:
+            src, idx = resolve((src, idx))
+            inputs.append([new_id[src], idx, ver])
+        new_id[nid] = len(nodes)
+        nodes.append(dict(node, inputs=inputs))
+    heads = []
+    for src, idx, ver in gdict["heads"]:
+        src, idx = resolve((src, idx))
+        heads.append([new_id[src], idx, ver])
+    ptr = gdict.get("node_row_ptr")
+    counts = [ptr[i + 1] - ptr[i] for i in range(len(ptr) - 1)] if ptr else [1] * len(gdict["nodes"])
+    row = [0]
+    for nid in sorted(new_id):
+        row.append(row[-1] + counts[nid])
+    return dict(gdict, nodes=nodes, heads=heads, node_row_ptr=row,
+                arg_nodes=[i for i, n in enumerate(nodes) if n["op"] == "null"])
+
+
+def _cast_arrays(arrays, storage, target):
+    """Cast ``arrays`` to ``target``, then back to float32 where ``storage[name]`` is float32 (emulation)."""
+    from . import _ext
+    groups = {}
+    for name, arr in arrays.items():
+        groups.setdefault((storage[name], str(arr.context)), []).append(name)
+    out = {}
+    for (kind, _), names in sorted(groups.items()):
+        cast = _ext.multi_cast([arrays[n] for n in names], target)
+        if kind == "float32":
+            cast = _ext.multi_cast(cast, "float32")
+        out.update(zip(names, cast))
+    return out
+
+
+def _nbytes(arrays):
+    return int(sum(a.size * np.dtype(a.dtype).itemsize for a in arrays if a is not None))
+

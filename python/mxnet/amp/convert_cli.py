@@ -1,0 +1,186 @@
+"""``python -m mxnet.amp convert``: convert a saved float32 model and report what changed.
+
+Loads ``NET-symbol.json`` + ``NET-0000.params``, converts with :func:`mxnet.amp.convert.convert`, saves
+``OUT-symbol.json`` + ``OUT-0000.params`` (and optionally an ONNX file), and prints the conversion summary and
+the largest deviation from the float32 model on one random input. Every input is checked before anything is
+written; outputs are written to temporary files and renamed at the end, so a failure leaves nothing behind.
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+__all__ = ["add_arguments", "run", "parse_shape", "deviation"]
+
+
+def add_arguments(parser):
+    """Options of ``python -m mxnet.amp convert``."""
+    parser.add_argument("--symbol", required=True, help="NET-symbol.json of the float32 model")
+    parser.add_argument("--params", required=True, help="NET-0000.params of the float32 model")
+    parser.add_argument("--dtype", required=True, help="bfloat16 or float16")
+    parser.add_argument("--out", required=True, help="output prefix: writes OUT-symbol.json, OUT-0000.params")
+    parser.add_argument("--input-shape", action="append", type=_shape_arg, default=None,
+                        help="shape of one input, e.g. 1,3,224,224 (repeat for several inputs); "
+                             "needed for the deviation check and --onnx")
+    parser.add_argument("--onnx", default=None, help="also export the converted model to this ONNX file")
+    parser.add_argument("--no-fuse", action="store_true", help="skip oneDNN fusion before converting")
+    parser.add_argument("--emulate", choices=("auto", "yes", "no"), default="auto",
+                        help="emulated low precision (float32 kernels, rounded values); 'no' for a graph "
+                             "that needs native kernels (e.g. to deploy on an AVX-512 CPU)")
+    parser.add_argument("--keep-param-dtype", action="store_true",
+                        help="keep parameters in float32 (default: cast them offline)")
+
+
+def parse_shape(text):
+    """Parse '1,3,224,224' into a tuple of positive ints; ValueError naming the text otherwise."""
+    try:
+        shape = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise ValueError("bad --input-shape %r: expected positive integers separated by commas, e.g. 1,3,224,224"
+                         % text)
+    return shape
+
+
+def _shape_arg(text):
+    import argparse
+    try:
+        return parse_shape(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err))
+
+
+def deviation(reference, value):
+    """Return ``(max abs, max rel)`` deviation of ``value`` from ``reference``; rel is scaled by max |ref|."""
+    reference = np.asarray(reference, dtype=np.float64)
+    value = np.asarray(value, dtype=np.float64)
+    err = float(np.max(np.abs(value - reference))) if reference.size else 0.0
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    return err, (err / scale if scale > 0 else err)
+
+
+def _load(symbol_path, params_path):
+    import mxnet as mx
+    for path in (symbol_path, params_path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError("no such file: %s" % path)
+    try:
+        sym = mx.sym.load(symbol_path)
+    except mx.base.MXNetError as err:
+        raise ValueError("cannot read symbol file %s: %s" % (symbol_path, str(err).splitlines()[0]))
+    try:
+        saved = mx.nd.load(params_path)
+    except mx.base.MXNetError as err:
+        raise ValueError("cannot read params file %s: %s" % (params_path, str(err).splitlines()[0]))
+    if not isinstance(saved, dict):
+        raise ValueError("params file %s holds a list, not named parameters" % params_path)
+    args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+    aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+    plain = {k: v for k, v in saved.items() if ":" not in k}
+    args.update({k: v for k, v in plain.items() if k in sym.list_arguments()})
+    aux.update({k: v for k, v in plain.items() if k in sym.list_auxiliary_states()})
+    return sym, args, aux
+
+
+def _forward(sym, args, aux, data):
+    import mxnet as mx
+    feed = dict(args, **{n: mx.nd.array(d) for n, d in data.items()})
+    exe = sym.bind(mx.cpu(), feed, aux_states=dict(aux), grad_req="null")
+    return [o.astype("float32").asnumpy() for o in exe.forward(is_train=False)]
+
+
+def run(args, out=sys.stdout):
+    """Run the command from parsed arguments; return the exit status (user mistakes raise ValueError)."""
+    from . import lists
+    from .convert import convert
+    dtype = lists.normalize_dtype(args.dtype)
+    sym, arg_params, aux_params = _load(args.symbol, args.params)
+    inputs = [n for n in sym.list_inputs() if n not in arg_params and n not in aux_params]
+    shapes = args.input_shape or []
+    _check_request(args, sym, dict(arg_params, **aux_params), inputs, shapes)
+    options = dict(cast_params_offline=not args.keep_param_dtype,
+                   emulate={"auto": None, "yes": True, "no": False}[args.emulate])
+    result = convert(sym, arg_params, aux_params, dtype, fuse=False if args.no_fuse else None, **options)
+    # ONNX has no oneDNN fused ops: export an unfused conversion.
+    for_onnx = convert(sym, arg_params, aux_params, dtype, fuse=False, **options) \
+        if args.onnx and result.summary.fused else result
+    print(result.summary.format(), file=out)
+    _print_deviation((sym, arg_params, aux_params), result, dict(zip(inputs, shapes)), out)
+    _save_all(result, for_onnx, args.out, args.onnx, shapes)
+    print("saved:            %s-symbol.json, %s-0000.params%s"
+          % (args.out, args.out, (", " + args.onnx) if args.onnx else ""), file=out)
+    return 0
+
+
+def _check_request(args, sym, params, inputs, shapes):
+    """Raise ValueError/FileNotFoundError for inconsistent options before any work is done."""
+    import mxnet as mx
+    if shapes and len(shapes) != len(inputs):
+        raise ValueError("%d --input-shape given but the model has %d inputs (%s)"
+                         % (len(shapes), len(inputs), ", ".join(inputs)))
+    if args.onnx and not shapes:
+        raise ValueError("--onnx needs --input-shape for every input (%s)" % ", ".join(inputs))
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise FileNotFoundError("output folder does not exist: %s" % out_dir)
+    if shapes:
+        try:
+            sym.infer_shape(**dict({k: v.shape for k, v in params.items()}, **dict(zip(inputs, shapes))))
+        except mx.base.MXNetError as err:
+            raise ValueError("--input-shape %s does not fit the model: %s"
+                             % (" ".join(",".join(map(str, s)) for s in shapes), str(err).splitlines()[0]))
+
+
+def _print_deviation(original, result, shapes, out):
+    """Print the max deviation of the converted model from float32 on one random input (when it can run)."""
+    import mxnet as mx
+    from .policy import native_support
+    summary = result.summary
+    if not shapes:
+        print("deviation:        not measured (pass --input-shape)", file=out)
+        return
+    if not summary.emulated and not native_support(summary.target_dtype, "cpu"):
+        print("deviation:        not measured: the graph needs native %s kernels, which this CPU lacks"
+              % summary.target_dtype, file=out)
+        return
+    rng = np.random.RandomState(0)
+    data = {n: rng.uniform(-1, 1, s).astype(np.float32) for n, s in shapes.items()}
+    ref = _forward(*original, data)
+    try:
+        low = _forward(result.symbol, result.arg_params, result.aux_params, data)
+    except mx.base.MXNetError as err:
+        print("deviation:        not measured: the converted model cannot run here (%s)"
+              % str(err).strip().splitlines()[0][:200], file=out)
+        return
+    for i, (r, v) in enumerate(zip(ref, low)):
+        err, rel = deviation(r, v)
+        print("deviation:        output %d: max abs %.3g, max rel %.3g (vs float32, random input)"
+              % (i, err, rel), file=out)
+
+
+def _save_all(result, for_onnx, prefix, onnx_path, shapes):
+    """Write every output to a temporary name first; rename them all only when every write succeeded."""
+    import mxnet as mx
+    from .onnx import export_onnx
+    folder = os.path.dirname(os.path.abspath(prefix))
+    final = ["%s-symbol.json" % prefix, "%s-0000.params" % prefix] + ([onnx_path] if onnx_path else [])
+    tmp = []
+    try:
+        for suffix in (".json", ".params") + ((".onnx",) if onnx_path else ()):
+            fd, name = tempfile.mkstemp(suffix=suffix, dir=folder)
+            os.close(fd)
+            tmp.append(name)
+        result.symbol.save(tmp[0], remove_amp_cast=False)
+        saved = {"arg:%s" % k: v for k, v in result.arg_params.items()}
+        saved.update({"aux:%s" % k: v for k, v in result.aux_params.items()})
+        mx.nd.save(tmp[1], saved)
+        if onnx_path:
+            export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[2])
+        for src, dst in zip(tmp, final):
+            os.replace(src, dst)
+    finally:
+        for name in tmp:
+            if os.path.exists(name):
+                os.remove(name)

@@ -1,0 +1,398 @@
+"""ONNX export of mixed precision models.
+
+Importing :mod:`mxnet.amp` registers converters with MXNet's own exporter (``mx.onnx.export_model``) for the
+cast ops a converted graph holds (``amp_cast``, ``amp_multicast``, and the library's ``amp_round`` and
+``amp_multi_cast``): each becomes ONNX ``Cast`` nodes, and low precision parameters become low precision
+initializers. It also adds converters for ``LayerNorm`` (opset 17+) and ``SliceChannel``/``split`` (opset 18+):
+MXNet 1.9.1's own emit attributes that newer opsets removed, and its exporter always targets the newest opset
+of the installed onnx. MXNet's exporter
+reads graphs with ``Symbol.tojson()``, which drops AMP casts by default; the registration makes it read them.
+
+:func:`export_onnx` adds what deployment needs on top: float32 inputs and outputs (``keep_io_types``) and a
+choice for bfloat16 models, which most ONNX runtimes (onnxruntime on CPU included) cannot compute in:
+
+=============  =========================================================================================
+bf16_mode      what the ONNX model holds
+=============  =========================================================================================
+'emulate'      float32 compute with every bfloat16 value rounded by ``Cast`` pairs: MXNet's bf16 numerics,
+               runs anywhere (default)
+'float16'      bfloat16 replaced by float16 (values out of float16 range overflow)
+'float32'      bfloat16 replaced by float32: a float32 model with bfloat16-rounded weights
+'bfloat16'     the graph as is, for runtimes with bfloat16 kernels
+=============  =========================================================================================
+
+Weights stored as bfloat16 are written as float32 initializers holding the bfloat16 values (MXNet's exporter
+has no bfloat16 initializers), followed by a ``Cast`` where the graph reads them in bfloat16.
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from . import graph
+
+__all__ = ["export_onnx", "BF16_MODES"]
+
+BF16_MODES = ("emulate", "float16", "float32", "bfloat16")
+_DTYPE_CODE = {"float32": "0", "float16": "2", "bfloat16": "12"}
+
+
+def _onnx_type(dtype):
+    from onnx import TensorProto
+    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
+            "float64": TensorProto.DOUBLE}[dtype]
+
+
+def _np_dtype(dtype):
+    from .policy import mx_dtype
+    return mx_dtype(dtype)
+
+
+def _convert_amp_cast(node, **kwargs):
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    dtype = attrs["dtype"]
+    return [make_node("Cast", inputs, [name], to=_onnx_type(dtype), name=name)], (_np_dtype(dtype),)
+
+
+def _convert_amp_round(node, **kwargs):
+    """``amp_round`` (float32 rounded to float16/bfloat16, kept float32) as a Cast pair."""
+    from onnx import TensorProto
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    low = name + "_low"
+    return [make_node("Cast", inputs, [low], to=_onnx_type(attrs["dtype"]), name=low),
+            make_node("Cast", [low], [name], to=TensorProto.FLOAT, name=name)], (np.dtype("float32"),)
+
+
+def _cast_each(node, kwargs, dtypes):
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, _ = get_inputs(node, kwargs)
+    nodes = [make_node("Cast", [src], ["%s%d" % (name, i)], to=_onnx_type(dtype), name="%s%d" % (name, i))
+             for i, (src, dtype) in enumerate(zip(inputs, dtypes))]
+    return nodes, tuple(_np_dtype(d) for d in dtypes)
+
+
+def _convert_amp_multicast(node, **kwargs):
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_input_dtypes
+    have = [graph.dtype_name(d) for d in get_input_dtypes(node, kwargs)]
+    rank = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+    narrow = node.get("attrs", {}).get("cast_narrow", "False") in ("True", "true", "1")
+    pick = min if narrow else max
+    want = pick(have, key=rank.get)
+    if not narrow and len(set(have)) > 1 and rank[want] == 1:
+        want = "float32"  # float16 with bfloat16: neither holds the other
+    return _cast_each(node, kwargs, [want] * len(have))
+
+
+def _convert_amp_multi_cast(node, **kwargs):
+    count = len(node["inputs"])
+    return _cast_each(node, kwargs, [node["attrs"]["dtype"]] * count)
+
+
+def _convert_layer_norm(node, **kwargs):
+    """LayerNorm as one ONNX ``LayerNormalization`` (opset 17+). MXNet 1.9.1's own converter emits
+    ``ReduceMean(axes=...)`` attributes, which opset 18 removed, so it fails with onnx >= 1.13."""
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    if attrs.get("output_mean_var", "False") in ("True", "true", "1"):
+        raise NotImplementedError("LayerNorm with output_mean_var=True has no ONNX export")
+    return [make_node("LayerNormalization", inputs, [name], name=name, axis=int(attrs.get("axis", -1)),
+                      epsilon=float(attrs.get("eps", 1e-5)))]
+
+
+def _convert_slice_channel(node, **kwargs):
+    """SliceChannel (``split``) for opset 18+, where ONNX ``Split`` needs ``num_outputs``; MXNet 1.9.1's
+    converter omits it."""
+    from onnx import TensorProto
+    from onnx.helper import make_node, make_tensor
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    count, axis = int(attrs["num_outputs"]), int(attrs.get("axis", 1))
+    if attrs.get("squeeze_axis", "False") not in ("True", "true", "1"):
+        return [make_node("Split", inputs[:1], ["%s%d" % (name, i) for i in range(count)], axis=axis,
+                          num_outputs=count, name=name)]
+    kwargs["initializer"].append(make_tensor(name + "_axes", TensorProto.INT64, [1], [axis]))
+    nodes = [make_node("Split", inputs[:1], ["%s%d_" % (name, i) for i in range(count)], axis=axis,
+                       num_outputs=count, name=name)]
+    nodes += [make_node("Squeeze", ["%s%d_" % (name, i), name + "_axes"], ["%s%d" % (name, i)])
+              for i in range(count)]
+    return nodes
+
+
+def _register():
+    """Register the converters with MXNet's ONNX exporter; make it read AMP casts. Idempotent.
+
+    Does nothing when the ``onnx`` package is missing (MXNet's exporter needs it too).
+    """
+    import mxnet as mx
+    try:
+        import onnx  # noqa: F401
+        from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    except ImportError:
+        return
+    for op, func in (("amp_cast", _convert_amp_cast), ("amp_round", _convert_amp_round),
+                     ("amp_multicast", _convert_amp_multicast), ("amp_multi_cast", _convert_amp_multi_cast)):
+        MXNetGraph.register(op)(func)
+    MXNetGraph.register("LayerNorm", opset_version=17)(_convert_layer_norm)
+    MXNetGraph.register("SliceChannel", opset_version=18)(_convert_slice_channel)
+    original = MXNetGraph.create_onnx_graph_proto
+    if getattr(original, "__amp_keeps_casts__", False):
+        return
+
+    class _KeepCasts(mx.sym.Symbol):
+        """A Symbol view whose ``tojson()`` keeps AMP casts (MXNet's default drops them)."""
+        __slots__ = []
+
+        def tojson(self, remove_amp_cast=False):
+            return super().tojson(remove_amp_cast=False)
+
+    def create_onnx_graph_proto(self, sym, *args, **kwargs):
+        view = sym.__copy__()
+        view.__class__ = _KeepCasts
+        return original(self, view, *args, **kwargs)
+
+    create_onnx_graph_proto.__amp_keeps_casts__ = True
+    create_onnx_graph_proto.__doc__ = original.__doc__
+    MXNetGraph.create_onnx_graph_proto = create_onnx_graph_proto
+
+
+def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_types=True, bf16_mode="emulate"):
+    """Export a (mixed precision) model to an ONNX file.
+
+    Parameters
+    ----------
+    model : Symbol or HybridBlock
+        A converted symbol, or a block (e.g. the ``SymbolBlock`` from :func:`convert_hybrid_block`).
+    params : dict of str to NDArray, or (arg_params, aux_params), or None
+        The symbol's parameters; None for a block (its own parameters are used).
+    input_shapes : list of tuple
+        One shape per model input, in the order of the symbol's inputs (the block's arguments).
+    path : str
+        Where to write the ``.onnx`` file; written atomically (nothing is left behind on failure).
+    input_types : list of dtype, optional
+        One per input; default float32.
+    keep_io_types : bool
+        Cast low precision outputs to float32, so callers feed and read float32 (default True).
+    bf16_mode : {'emulate', 'float16', 'float32', 'bfloat16'}
+        How bfloat16 values are written (see the module docstring). Ignored for float16 models.
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``bf16_mode``, wrong number of input shapes, params given with a block, or a graph with
+        oneDNN fused ops (convert with ``fuse=False`` for export).
+    TypeError
+        ``model`` is neither a Symbol nor a HybridBlock.
+
+    Example
+    -------
+    >>> net16 = amp.convert_hybrid_block(net, x, "float16", cast_params_offline=True)
+    >>> amp.export_onnx(net16, None, [x.shape], "net16.onnx")
+    """
+    import mxnet as mx
+    if bf16_mode not in BF16_MODES:
+        raise ValueError("export_onnx: bf16_mode %r is not one of %s" % (bf16_mode, ", ".join(BF16_MODES)))
+    sym, params, input_names = _model_graph(model, params, input_shapes, input_types)
+    input_types = list(input_types or [np.float32] * len(input_names))
+    gdict = json.loads(sym.tojson(remove_amp_cast=False))
+    fused = sorted({n["op"] for n in gdict["nodes"] if n["op"].startswith("_sg_")})
+    if fused:
+        raise ValueError("export_onnx: the graph holds oneDNN fused ops (%s), which ONNX cannot express; "
+                         "convert with fuse=False for export" % ", ".join(fused))
+    var_dtypes = {n: a.dtype for n, a in params.items()}
+    var_dtypes.update({n: np.dtype(t) for n, t in zip(input_names, input_types)})
+    gdict, params = _replace_bf16(gdict, params, var_dtypes, bf16_mode)
+    var_dtypes.update({n: a.dtype for n, a in params.items()})
+    if keep_io_types:
+        gdict = _float32_heads(gdict, var_dtypes)
+    out_sym = mx.sym.load_json(json.dumps(gdict))
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=folder)
+    os.close(fd)
+    try:
+        mx.onnx.export_model(out_sym, params, in_shapes=[tuple(s) for s in input_shapes],
+                             in_types=input_types, onnx_file_path=tmp)
+        _initializers_out_of_inputs(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _initializers_out_of_inputs(path):
+    """Drop weights from the graph inputs (MXNet's exporter lists them there, which blocks constant folding)."""
+    import onnx
+    model = onnx.load(path)
+    weights = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    onnx.save(model, path)
+
+
+def _model_graph(model, params, input_shapes, input_types):
+    """Return ``(legacy symbol, {name: legacy NDArray}, input names)`` for a symbol or a block."""
+    import mxnet as mx
+    from mxnet.gluon import HybridBlock
+    from .convert import block_graph
+    if isinstance(model, HybridBlock):
+        if params is not None:
+            raise ValueError("export_onnx: pass params=None with a block (its own parameters are exported)")
+        types = input_types or [np.float32] * len(input_shapes)
+        data = [mx.nd.zeros(tuple(s), dtype=t) for s, t in zip(input_shapes, types)]
+        if mx.util.is_np_array():
+            data = [d.as_np_ndarray() for d in data]
+        try:
+            inputs, sym, arrays = block_graph(model, data)
+        except TypeError as err:
+            raise ValueError("export_onnx: the block does not take %d inputs (one per input shape): %s"
+                             % (len(input_shapes), err))
+        names = [s.name for s in inputs]
+    elif isinstance(model, mx.sym.Symbol):
+        if isinstance(params, (list, tuple)) and len(params) == 2:
+            arrays = dict(params[0], **params[1])
+        elif isinstance(params, dict):
+            arrays = dict(params)
+        else:
+            raise TypeError("export_onnx: params must be a dict or (arg_params, aux_params), got %s"
+                            % type(params).__name__)
+        sym = model
+        names = [n for n in model.list_inputs() if n not in arrays]
+        if len(names) != len(input_shapes):
+            raise ValueError("export_onnx: %d input shapes given for %d model inputs (%s)"
+                             % (len(input_shapes), len(names), ", ".join(names)))
+    else:
+        raise TypeError("export_onnx: model must be a Symbol or a HybridBlock, got %s" % type(model).__name__)
+    if isinstance(sym, mx.sym.np._Symbol):
+        sym = sym.as_nd_ndarray()
+    arrays = {k: (v.as_nd_ndarray() if isinstance(v, mx.np.ndarray) else v) for k, v in arrays.items()
+              if k in set(sym.list_inputs())}
+    return sym, arrays, names
+
+
+class _Nodes:
+    """Builds a node list with cast memoisation (one cast per tensor and dtype)."""
+
+    def __init__(self, names):
+        self.nodes, self.counts, self.memo, self.names = [], [], {}, set(names)
+
+    def add(self, node, count=1):
+        self.nodes.append(node)
+        self.counts.append(count)
+        return len(self.nodes) - 1
+
+    def cast(self, entry, dtype):
+        if (entry, dtype) not in self.memo:
+            base = "%s_onnx_%s" % (self.nodes[entry[0]]["name"], dtype)
+            name, k = base, 1
+            while name in self.names:
+                name, k = "%s%d" % (base, k), k + 1
+            self.names.add(name)
+            nid = self.add({"op": "amp_cast", "name": name, "attrs": {"dtype": dtype},
+                            "inputs": [[entry[0], entry[1], 0]]})
+            self.memo[(entry, dtype)] = (nid, 0)
+        return self.memo[(entry, dtype)]
+
+    def graph(self, gdict, heads):
+        ptr = [0]
+        for c in self.counts:
+            ptr.append(ptr[-1] + c)
+        return dict(gdict, nodes=self.nodes, heads=[[n, i, 0] for n, i in heads], node_row_ptr=ptr,
+                    arg_nodes=[i for i, n in enumerate(self.nodes) if n["op"] == "null"])
+
+
+def _counts(gdict):
+    ptr = gdict.get("node_row_ptr")
+    if ptr:
+        return [ptr[i + 1] - ptr[i] for i in range(len(gdict["nodes"]))]
+    counts = [1] * len(gdict["nodes"])
+    for node in gdict["nodes"]:
+        for nid, idx, _ in node["inputs"]:
+            counts[nid] = max(counts[nid], idx + 1)
+    for nid, idx, _ in gdict["heads"]:
+        counts[nid] = max(counts[nid], idx + 1)
+    return counts
+
+
+def _replace_bf16(gdict, params, var_dtypes, mode):
+    """Apply ``bf16_mode`` to a graph and its parameters; return ``(graph, params)``."""
+    bf16 = {n for n, a in params.items() if graph.dtype_name(a.dtype) == "bfloat16"}
+    has_casts = any(n.get("attrs", {}).get("dtype") == "bfloat16" for n in gdict["nodes"])
+    if not bf16 and not has_casts:
+        return gdict, params
+    params = dict(params)
+    if mode == "float32":
+        gdict = _drop_rounding(gdict, "bfloat16")
+    if mode in ("float16", "float32"):
+        for node in gdict["nodes"]:
+            attrs = node.get("attrs", {})
+            if attrs.get("dtype") == "bfloat16":
+                attrs["dtype"] = mode
+            if node["op"] == "null" and attrs.get("__dtype__") == _DTYPE_CODE["bfloat16"]:
+                attrs["__dtype__"] = _DTYPE_CODE[mode]
+        params.update({n: params[n].astype("float32").astype(mode) for n in bf16})
+        return gdict, params
+    dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
+    counts = _counts(gdict)
+    build = _Nodes(n["name"] for n in gdict["nodes"])
+    remap = {}
+    for old_id, node in enumerate(gdict["nodes"]):
+        inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
+        in_bf16 = [dtypes.get((nid, idx)) == "bfloat16" for nid, idx, _ in node["inputs"]]
+        compute = node["op"] not in ("null",) + graph.CAST_OPS
+        if mode == "emulate" and compute:
+            inputs = [build.cast(e, "float32") if low else e for e, low in zip(inputs, in_bf16)]
+        new = dict(node, inputs=[[nid, idx, 0] for nid, idx in inputs])
+        if node["op"] == "null" and node["name"] in bf16:
+            new["attrs"] = {k: v for k, v in node.get("attrs", {}).items() if k != "__dtype__"}
+        new_id = build.add(new, counts[old_id])
+        for i in range(counts[old_id]):
+            out = (new_id, i)
+            low = dtypes.get((old_id, i)) == "bfloat16"
+            if (node["op"] == "null" and node["name"] in bf16) or (mode == "emulate" and compute and low):
+                out = build.cast(out, "bfloat16")
+            remap[(old_id, i)] = out
+    params.update({n: params[n].astype("float32") for n in bf16})
+    return build.graph(gdict, [remap[(nid, idx)] for nid, idx, _ in gdict["heads"]]), params
+
+
+def _drop_rounding(gdict, dtype):
+    """Remove ``amp_round`` nodes to ``dtype`` (their readers read the unrounded float32 tensor)."""
+    build = _Nodes(n["name"] for n in gdict["nodes"])
+    remap = {}
+    for old_id, (node, count) in enumerate(zip(gdict["nodes"], _counts(gdict))):
+        inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
+        if node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype:
+            remap[(old_id, 0)] = inputs[0]
+            continue
+        new_id = build.add(dict(node, inputs=[[nid, idx, 0] for nid, idx in inputs]), count)
+        remap.update({(old_id, i): (new_id, i) for i in range(count)})
+    return build.graph(gdict, [remap[(nid, idx)] for nid, idx, _ in gdict["heads"]])
+
+
+def _float32_heads(gdict, var_dtypes):
+    """Cast low precision outputs to float32."""
+    dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
+    low = [h for h in gdict["heads"] if dtypes.get((h[0], h[1])) in ("float16", "bfloat16")]
+    if not low:
+        return gdict
+    build = _Nodes(n["name"] for n in gdict["nodes"])
+    for node, count in zip(gdict["nodes"], _counts(gdict)):
+        build.add(node, count)
+    heads = [build.cast((n, i), "float32") if [n, i, v] in low else (n, i) for n, i, v in gdict["heads"]]
+    return build.graph(gdict, heads)
+
+
+_register()

@@ -1,0 +1,231 @@
+"""ONNX export of converted models, every export run in onnxruntime and compared with MXNet.
+
+Tolerances (max abs error / max |MXNet output|):
+* float16 ONNX (float16 kernels in onnxruntime) vs MXNet emulated float16 (float32 kernels, float16 rounding):
+  5e-2 -- onnxruntime's CPU float16 kernels round intermediate results that MXNet's emulation keeps in float32
+  (measured: 2.7e-2 on the transformer block, below 1e-3 on the others).
+* bfloat16 'emulate' ONNX vs MXNet emulated bfloat16: 1e-3 (same rounding points, float32 compute in both;
+  measured below 1e-6).
+* bfloat16 'float16' / 'float32' ONNX vs MXNet bfloat16: 2e-2 (activations rounded differently or not at all;
+  measured below 6e-3).
+"""
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet.gluon import nn, HybridBlock
+import mxnet.amp.onnx as amp_onnx
+from mxnet.amp.convert import convert, convert_hybrid_block, block_graph
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+TOL = {"float16": 5e-2, "emulate": 1e-3, "float16-from-bf16": 2e-2, "float32": 2e-2}
+
+
+class _CNN(HybridBlock):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.body = nn.HybridSequential()
+            self.body.add(nn.Conv2D(8, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+                          nn.Conv2D(8, 3, padding=1, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
+                          nn.MaxPool2D(2), nn.Flatten(), nn.Dense(10))
+
+    def hybrid_forward(self, F, x):
+        return self.body(x)
+
+
+class _MobileNet(HybridBlock):
+    """Depthwise-separable blocks with relu6, global pooling."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = nn.Conv2D(8, 3, strides=2, padding=1, use_bias=False)
+            self.bn0 = nn.BatchNorm()
+            self.dw = nn.Conv2D(8, 3, padding=1, groups=8, use_bias=False)
+            self.bn1 = nn.BatchNorm()
+            self.pw = nn.Conv2D(16, 1, use_bias=False)
+            self.bn2 = nn.BatchNorm()
+            self.pool = nn.GlobalAvgPool2D()
+            self.out = nn.Dense(5)
+
+    def hybrid_forward(self, F, x):
+        x = F.clip(self.bn0(self.stem(x)), 0, 6)
+        x = F.clip(self.bn1(self.dw(x)), 0, 6)
+        x = self.bn2(self.pw(x))
+        return self.out(F.flatten(self.pool(x)))
+
+
+class _MLP(HybridBlock):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.net = nn.HybridSequential()
+            self.net.add(nn.Dense(32, activation="relu"), nn.Dense(32, activation="tanh"), nn.Dense(4))
+
+    def hybrid_forward(self, F, x):
+        return self.net(x)
+
+
+class _Encoder(HybridBlock):
+    """A transformer encoder block (2 heads) for inputs of shape (2, 5, 16)."""
+    B, T, C, H = 2, 5, 16, 2
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.qkv = nn.Dense(3 * self.C, flatten=False)
+            self.proj = nn.Dense(self.C, flatten=False)
+            self.ln1 = nn.LayerNorm()
+            self.ffn1 = nn.Dense(32, flatten=False, activation="relu")
+            self.ffn2 = nn.Dense(self.C, flatten=False)
+            self.ln2 = nn.LayerNorm()
+
+    def hybrid_forward(self, F, x):
+        B, T, C, H = self.B, self.T, self.C, self.H
+        D = C // H
+
+        def split_heads(t):
+            t = F.transpose(F.reshape(t, shape=(B, T, H, D)), axes=(0, 2, 1, 3))
+            return F.reshape(t, shape=(B * H, T, D))
+
+        q, k, v = F.split(self.qkv(x), num_outputs=3, axis=2)
+        att = F.softmax(F.batch_dot(split_heads(q), split_heads(k), transpose_b=True) / np.sqrt(D), axis=-1)
+        o = F.batch_dot(att, split_heads(v))
+        o = F.reshape(F.transpose(F.reshape(o, shape=(B, H, T, D)), axes=(0, 2, 1, 3)), shape=(B, T, C))
+        x = self.ln1(x + self.proj(o))
+        return self.ln2(x + self.ffn2(self.ffn1(x)))
+
+
+MODELS = {"cnn_bn": (_CNN, (2, 3, 8, 8)), "mobilenet": (_MobileNet, (2, 3, 16, 16)),
+          "mlp": (_MLP, (4, 20)), "transformer": (_Encoder, (2, 5, 16))}
+
+
+def _model(name):
+    cls, shape = MODELS[name]
+    mx.random.seed(0)
+    net = cls()
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, shape).astype(np.float32))
+    net(x)
+    rng = np.random.RandomState(1)
+    for param in net.collect_params().values():  # non-trivial BatchNorm statistics
+        if param.name.endswith("running_mean"):
+            param.set_data(mx.nd.array(rng.uniform(-0.2, 0.2, param.shape)))
+        elif param.name.endswith("running_var"):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, param.shape)))
+    return net, x
+
+
+def _run_onnx(path, x):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return sess, sess.run(None, {sess.get_inputs()[0].name: x.asnumpy()})[0]
+
+
+def _check(got, ref, tol):
+    ref = ref.astype(np.float32)
+    err = np.abs(got.astype(np.float32) - ref).max() / np.abs(ref).max()
+    assert err <= tol, "relative deviation %.3g > %.3g" % (err, tol)
+
+
+def test_converters_are_registered_with_mxnet_exporter():
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    for op in ("amp_cast", "amp_multicast", "amp_multi_cast"):
+        assert op in MXNetGraph.registry_[12], op
+    assert getattr(MXNetGraph.create_onnx_graph_proto, "__amp_keeps_casts__", False)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float16_export_runs_in_onnxruntime(name, tmp_path):
+    net, x = _model(name)
+    low = convert_hybrid_block(net, x, "float16", cast_params_offline=True, emulate=False)
+    path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"))
+    model = onnx.load(path)
+    init_types = {i.data_type for i in model.graph.initializer if i.name.endswith("weight")}
+    assert init_types == {onnx.TensorProto.FLOAT16}
+    assert any(n.op_type == "Cast" for n in model.graph.node)
+    sess, got = _run_onnx(path, x)
+    assert sess.get_outputs()[0].type == "tensor(float)"  # keep_io_types
+    ref = convert_hybrid_block(net, x, "float16", emulate=True)(x).asnumpy()
+    _check(got, ref, TOL["float16"])
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("mode", ["emulate", "float16", "float32"])
+def test_bfloat16_export_modes_run_in_onnxruntime(name, mode, tmp_path):
+    net, x = _model(name)
+    low = convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
+    ref = low(x).astype("float32").asnumpy()
+    path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), bf16_mode=mode)
+    _, got = _run_onnx(path, x)
+    _check(got, ref, TOL["float16-from-bf16" if mode == "float16" else mode])
+
+
+def test_native_bfloat16_graph_exports_in_every_mode(tmp_path):
+    # A graph for CPUs with bf16 kernels (weights stored bf16, ops read bf16): onnxruntime's CPU provider has
+    # no bf16 kernels, so 'emulate' rewrites it to float32 compute with bf16 rounding.
+    net, x = _model("cnn_bn")
+    native = convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, emulate=False, fuse=False)
+    ref = convert_hybrid_block(net, x, "bfloat16", fuse=False)(x).asnumpy()
+    for mode in ("emulate", "float16", "float32"):
+        path = amp_onnx.export_onnx(native, None, [x.shape], str(tmp_path / ("%s.onnx" % mode)), bf16_mode=mode)
+        _, got = _run_onnx(path, x)
+        _check(got, ref, TOL["float16-from-bf16" if mode == "float16" else mode])
+    path = amp_onnx.export_onnx(native, None, [x.shape], str(tmp_path / "bf16.onnx"), bf16_mode="bfloat16")
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    assert any(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.BFLOAT16 for n in model.graph.node)
+
+
+def test_mxnet_export_model_directly_keeps_casts(tmp_path):
+    net, x = _model("mlp")
+    inputs, sym, params = block_graph(net, [x])
+    out = convert(sym, params, {}, "float16", cast_params_offline=True, emulate=False)
+    path = str(tmp_path / "direct.onnx")
+    mx.onnx.export_model(out.symbol, dict(out.arg_params), in_shapes=[x.shape], in_types=[np.float32],
+                         onnx_file_path=path)
+    model = onnx.load(path)
+    assert sum(n.op_type == "Cast" for n in model.graph.node) >= 1
+    _, got = _run_onnx(path, x)
+    ref = convert_hybrid_block(net, x, "float16", emulate=True)(x).asnumpy()
+    _check(got, ref, TOL["float16"])
+
+
+def test_emulated_rounding_pairs_become_two_casts(tmp_path):
+    net, x = _model("mlp")
+    low = convert_hybrid_block(net, x, "bfloat16", fuse=False, emulate=True)  # params not cast offline
+    path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), bf16_mode="bfloat16")
+    model = onnx.load(path)
+    by_output = {o: n for n in model.graph.node for o in n.output}
+    pairs = [n for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT
+             and by_output.get(n.input[0]) is not None and by_output[n.input[0]].op_type == "Cast"]
+    assert pairs and all(by_output[n.input[0]].attribute[0].i == onnx.TensorProto.BFLOAT16 for n in pairs)
+    _, got = _run_onnx(path, x)  # only Casts touch bfloat16: onnxruntime runs it
+    _check(got, low(x).asnumpy(), TOL["emulate"])
+
+
+def test_keep_io_types_false_leaves_float16_output(tmp_path):
+    net, x = _model("mlp")
+    low = convert_hybrid_block(net, x, "float16", cast_params_offline=True, emulate=False)
+    path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), keep_io_types=False)
+    sess, got = _run_onnx(path, x)
+    assert sess.get_outputs()[0].type == "tensor(float16)" and got.dtype == np.float16
+
+
+def test_export_errors_leave_no_file(tmp_path):
+    net, x = _model("cnn_bn")
+    path = tmp_path / "m.onnx"
+    with pytest.raises(ValueError, match="bf16_mode"):
+        amp_onnx.export_onnx(net, None, [x.shape], str(path), bf16_mode="int8")
+    with pytest.raises(ValueError, match="2 inputs"):
+        amp_onnx.export_onnx(net, None, [x.shape, x.shape], str(path))
+    fused = convert_hybrid_block(net, x, "bfloat16", fuse=True)
+    with pytest.raises(ValueError, match="fuse=False"):
+        amp_onnx.export_onnx(fused, None, [x.shape], str(path))
+    with pytest.raises(TypeError, match="Symbol or a HybridBlock"):
+        amp_onnx.export_onnx("net.json", None, [x.shape], str(path))
+    assert list(tmp_path.iterdir()) == []
