@@ -192,9 +192,33 @@ def _param_bytes(net):
     return sum(p.data().size * np.dtype(p.data().dtype).itemsize for p in net.collect_params().values())
 
 
+def _inference(config, net, data):
+    """Convert the trained net for inference, export it to ONNX and run that in onnxruntime."""
+    import os
+    import mxnet as mx
+    import onnxruntime
+    from . import convert as amp_convert, onnx as amp_onnx
+    x_test, y_test = data[2], data[3]
+    example = mx.nd.array(x_test[:config.batch_size])
+    low = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True)
+    result = {"accuracy": _accuracy(low, x_test, y_test, config.batch_size), "bytes": _param_bytes(low)}
+    exportable = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True,
+                                                  fuse=False)
+    path = amp_onnx.export_onnx(exportable, None, [(len(x_test),) + x_test.shape[1:]],
+                                os.path.join(config.out_dir, "model.onnx"))
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    logits = session.run(None, {session.get_inputs()[0].name: x_test})[0]
+    reference = exportable(mx.nd.array(x_test)).astype("float32").asnumpy()
+    result["onnx_accuracy"] = float((logits.argmax(axis=1) == y_test).mean())
+    result["onnx_deviation"] = float(np.abs(logits - reference).max() / np.abs(reference).max())
+    result["onnx_path"] = path
+    return result
+
+
 def run_demo(config, out=sys.stdout):
-    """Train fp32, then AMP with a checkpoint resume, with identical data and seeds; print a table and
-    write the report folder (PNG plots). Returns the two histories."""
+    """Train fp32, then AMP with a checkpoint resume, with identical data and seeds; convert the AMP model for
+    inference and check its ONNX export in onnxruntime; print a table and write the report folder (PNG plots).
+    Returns the two histories and the inference results."""
     import os
     from . import report
     from .policy import make_policy
@@ -207,12 +231,19 @@ def run_demo(config, out=sys.stdout):
     fp32 = train(config, False, data, log)
     amp = train(config, True, data, log)
     os.makedirs(config.out_dir, exist_ok=True)
+    infer = _inference(config, amp["net"], data)
+    log("  %-9s converted for inference; ONNX model checked in onnxruntime: %s"
+        % (config.dtype, infer["onnx_path"]))
     rows = [("final test accuracy", "%.3f" % fp32["accuracy"][-1], "%.3f" % amp["accuracy"][-1]),
             ("final training loss", "%.4f" % fp32["loss"][-1], "%.4f" % amp["loss"][-1]),
             ("seconds per epoch (median)", "%.2f" % np.median(fp32["seconds"]), "%.2f" % np.median(amp["seconds"])),
             ("skipped steps", "0", "%d" % len(amp["skipped"])),
             ("loss scale at save / after load", "-", "%g / %g" % (amp["scale_saved"], amp["scale_loaded"])),
-            ("parameter bytes (training)", "%d" % _param_bytes(fp32["net"]), "%d" % _param_bytes(amp["net"]))]
+            ("parameter bytes (training)", "%d" % _param_bytes(fp32["net"]), "%d" % _param_bytes(amp["net"])),
+            ("converted model: test accuracy", "-", "%.3f" % infer["accuracy"]),
+            ("converted model: parameter bytes", "-", "%d" % infer["bytes"]),
+            ("ONNX in onnxruntime: accuracy", "-", "%.3f" % infer["onnx_accuracy"]),
+            ("ONNX vs MXNet: max rel. deviation", "-", "%.1e" % infer["onnx_deviation"])]
     log("")
     log("%-32s %14s %14s" % ("", "float32", config.dtype))
     for row in rows:
@@ -224,8 +255,8 @@ def run_demo(config, out=sys.stdout):
                               os.path.join(config.out_dir, "precision_map.png"),
                               "precision map of the training graph (%s)" % config.dtype)
     log("")
-    log("report written to %s/: loss.png, loss_scale.png, precision_map.png" % config.out_dir)
-    return {"float32": fp32, config.dtype: amp}
+    log("report written to %s/: loss.png, loss_scale.png, precision_map.png, model.onnx" % config.out_dir)
+    return {"float32": fp32, config.dtype: amp, "inference": infer}
 
 
 def _positive_int(text):

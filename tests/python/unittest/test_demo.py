@@ -23,9 +23,14 @@ def test_demo_trains_resumes_and_reports(tmp_path):
     assert "checkpoint saved and reloaded into a new Trainer: loss scale %g -> %g" % (
         bf16["scale_saved"], bf16["scale_loaded"]) in text
     for row in ("final test accuracy", "seconds per epoch (median)", "skipped steps",
-                "loss scale at save / after load", "parameter bytes (training)"):
+                "loss scale at save / after load", "parameter bytes (training)", "converted model: test accuracy",
+                "ONNX in onnxruntime: accuracy"):
         assert row in text
+    infer = result["inference"]
+    assert abs(infer["accuracy"] - bf16["accuracy"][-1]) <= 0.02  # same weights, inference graph
+    assert abs(infer["onnx_accuracy"] - infer["accuracy"]) <= 0.01 and infer["onnx_deviation"] < 1e-3
     assert "%.3f" % bf16["accuracy"][-1] in text
+    assert os.path.getsize(infer["onnx_path"]) > 10000
     for name in ("loss.png", "loss_scale.png", "precision_map.png"):
         with open(os.path.join(str(tmp_path), name), "rb") as f:
             assert f.read(8) == PNG, name
