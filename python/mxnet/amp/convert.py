@@ -387,7 +387,7 @@ def _cast_params_in_graph(gdict, param_names, target):
                 storage[node["name"]] = target
     if not alias:
         return gdict, storage
-    return _compact(gdict, {nid for nid, _ in alias}, alias), storage
+    return graph.compact(gdict, {nid for nid, _ in alias}, alias), storage
 
 
 def _is_round(node, dtype):
@@ -396,35 +396,6 @@ def _is_round(node, dtype):
 
 def _is_cast_to(node, dtype):
     return node["op"] == "amp_cast" and node["attrs"]["dtype"] == dtype
-
-
-def _compact(gdict, dropped, alias):
-    """Remove ``dropped`` nodes, reading ``alias[(node, out)]`` instead of their outputs."""
-    def resolve(entry):
-        while entry in alias:
-            entry = alias[entry]
-        return entry
-    new_id, nodes = {}, []
-    for nid, node in enumerate(gdict["nodes"]):
-        if nid in dropped:
-            continue
-        inputs = []
-        for src, idx, ver in node["inputs"]:
-            src, idx = resolve((src, idx))
-            inputs.append([new_id[src], idx, ver])
-        new_id[nid] = len(nodes)
-        nodes.append(dict(node, inputs=inputs))
-    heads = []
-    for src, idx, ver in gdict["heads"]:
-        src, idx = resolve((src, idx))
-        heads.append([new_id[src], idx, ver])
-    ptr = gdict.get("node_row_ptr")
-    counts = [ptr[i + 1] - ptr[i] for i in range(len(ptr) - 1)] if ptr else [1] * len(gdict["nodes"])
-    row = [0]
-    for nid in sorted(new_id):
-        row.append(row[-1] + counts[nid])
-    return dict(gdict, nodes=nodes, heads=heads, node_row_ptr=row,
-                arg_nodes=[i for i, n in enumerate(nodes) if n["op"] == "null"])
 
 
 def _cast_arrays(arrays, storage, target):

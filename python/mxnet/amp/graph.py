@@ -14,7 +14,8 @@ import numpy as np
 
 from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
-__all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "RewriteStats", "CAST_OPS"]
+__all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
+           "compact", "RewriteStats", "CAST_OPS"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -161,7 +162,8 @@ class _Builder:
         return routed
 
 
-def _num_outputs(graph):
+def num_outputs(graph):
+    """Number of outputs of every node of a symbol-JSON dict (from ``node_row_ptr``, else from its uses)."""
     ptr = graph.get("node_row_ptr")
     if ptr is not None:
         return [ptr[i + 1] - ptr[i] for i in range(len(graph["nodes"]))]
@@ -177,7 +179,7 @@ def _num_outputs(graph):
 def rewrite_graph(graph, policy, device_type, var_dtypes):
     """Rewrite a symbol-JSON dict; return ``(new_graph_dict, RewriteStats)``. See :func:`rewrite_symbol`."""
     old_dtypes = infer_entry_dtypes(graph, var_dtypes)
-    counts = _num_outputs(graph)
+    counts = num_outputs(graph)
     build = _Builder(n["name"] for n in graph["nodes"])
     target = policy.target_dtype
     remap = {}
@@ -213,40 +215,55 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
             remap[(old_id, i)] = (new_id, i)
             if emulate:
                 remap[(old_id, i)] = build.round_trip((new_id, i), target)
-    heads = [[remap[(nid, idx)][0], remap[(nid, idx)][1], 0] for nid, idx, _ in graph["heads"]]
-    out = _assemble(graph, build.nodes, build.num_outputs, heads)
+    heads = [remap[(nid, idx)] for nid, idx, _ in graph["heads"]]
+    out = assemble(graph, build.nodes, build.num_outputs, heads)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
 
 
-def _assemble(graph, nodes, num_outputs, heads):
+def assemble(graph, nodes, counts, heads):
+    """A symbol-JSON dict like ``graph`` with new ``nodes`` (``counts`` outputs each) and ``heads``."""
     ptr = [0]
-    for n in num_outputs:
+    for n in counts:
         ptr.append(ptr[-1] + n)
-    return dict(graph, nodes=nodes, heads=heads, node_row_ptr=ptr,
+    return dict(graph, nodes=nodes, heads=[[nid, idx, 0] for nid, idx, *_ in heads], node_row_ptr=ptr,
                 arg_nodes=[i for i, n in enumerate(nodes) if n["op"] == "null"])
+
+
+def compact(graph, dropped, alias):
+    """Remove the nodes ``dropped``; readers of an output ``(node, index)`` in ``alias`` read its value.
+
+    Alias chains are followed, so a dropped node may alias another dropped node's output.
+    """
+    def resolve(entry):
+        while entry in alias:
+            entry = alias[entry]
+        return entry
+    counts = num_outputs(graph)
+    new_id, nodes, new_counts = {}, [], []
+    for nid, node in enumerate(graph["nodes"]):
+        if nid in dropped:
+            continue
+        inputs = [resolve((src, idx)) for src, idx, _ in node["inputs"]]
+        new_id[nid] = len(nodes)
+        nodes.append(dict(node, inputs=[[new_id[src], idx, 0] for src, idx in inputs]))
+        new_counts.append(counts[nid])
+    heads = [(new_id[src], idx) for src, idx in (resolve((h[0], h[1])) for h in graph["heads"])]
+    return assemble(graph, nodes, new_counts, heads)
 
 
 def _drop_noop_casts(graph, var_dtypes, stats):
     """Remove casts whose input already has the wanted dtype, using exact type inference on ``graph``."""
     dtypes = infer_entry_dtypes(graph, var_dtypes)
-    counts = _num_outputs(graph)
-    alias, nodes, num_outputs, new_id = {}, [], [], {}
-    for old_id, node in enumerate(graph["nodes"]):
-        inputs = [alias.get((nid, idx), (new_id.get(nid), idx)) for nid, idx, _ in node["inputs"]]
-        in_dtypes = [dtypes.get((nid, idx)) for nid, idx, _ in node["inputs"]]
+    alias = {}
+    for nid, node in enumerate(graph["nodes"]):
+        in_dtypes = [dtypes.get((src, idx)) for src, idx, _ in node["inputs"]]
         if node["op"] == "amp_cast" and in_dtypes[0] is not None and in_dtypes[0] == node["attrs"]["dtype"]:
-            alias[(old_id, 0)] = inputs[0]
+            alias[(nid, 0)] = tuple(node["inputs"][0][:2])
             stats.casts -= 1
-            continue
-        if node["op"] == "amp_multicast" and None not in in_dtypes and len(set(in_dtypes)) == 1:
-            alias.update({(old_id, k): e for k, e in enumerate(inputs)})
+        elif node["op"] == "amp_multicast" and None not in in_dtypes and len(set(in_dtypes)) == 1:
+            alias.update({(nid, k): tuple(e[:2]) for k, e in enumerate(node["inputs"])})
             stats.multicasts -= 1
-            continue
-        new_id[old_id] = len(nodes)
-        nodes.append(dict(node, inputs=[[nid, idx, 0] for nid, idx in inputs]))
-        num_outputs.append(counts[old_id])
-    heads = [list(alias.get((nid, idx), (new_id[nid], idx))) + [0] for nid, idx, _ in graph["heads"]]
-    return _assemble(graph, nodes, num_outputs, heads)
+    return compact(graph, {nid for nid, _ in alias}, alias) if alias else graph
 
 
 def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=None):

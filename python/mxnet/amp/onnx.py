@@ -306,24 +306,7 @@ class _Nodes:
         return self.memo[(entry, dtype)]
 
     def graph(self, gdict, heads):
-        ptr = [0]
-        for c in self.counts:
-            ptr.append(ptr[-1] + c)
-        return dict(gdict, nodes=self.nodes, heads=[[n, i, 0] for n, i in heads], node_row_ptr=ptr,
-                    arg_nodes=[i for i, n in enumerate(self.nodes) if n["op"] == "null"])
-
-
-def _counts(gdict):
-    ptr = gdict.get("node_row_ptr")
-    if ptr:
-        return [ptr[i + 1] - ptr[i] for i in range(len(gdict["nodes"]))]
-    counts = [1] * len(gdict["nodes"])
-    for node in gdict["nodes"]:
-        for nid, idx, _ in node["inputs"]:
-            counts[nid] = max(counts[nid], idx + 1)
-    for nid, idx, _ in gdict["heads"]:
-        counts[nid] = max(counts[nid], idx + 1)
-    return counts
+        return graph.assemble(gdict, self.nodes, self.counts, heads)
 
 
 def _replace_bf16(gdict, params, var_dtypes, mode):
@@ -345,7 +328,7 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
         params.update({n: params[n].astype("float32").astype(mode) for n in bf16})
         return gdict, params
     dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
-    counts = _counts(gdict)
+    counts = graph.num_outputs(gdict)
     build = _Nodes(n["name"] for n in gdict["nodes"])
     remap = {}
     for old_id, node in enumerate(gdict["nodes"]):
@@ -370,16 +353,9 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
 
 def _drop_rounding(gdict, dtype):
     """Remove ``amp_round`` nodes to ``dtype`` (their readers read the unrounded float32 tensor)."""
-    build = _Nodes(n["name"] for n in gdict["nodes"])
-    remap = {}
-    for old_id, (node, count) in enumerate(zip(gdict["nodes"], _counts(gdict))):
-        inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
-        if node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype:
-            remap[(old_id, 0)] = inputs[0]
-            continue
-        new_id = build.add(dict(node, inputs=[[nid, idx, 0] for nid, idx in inputs]), count)
-        remap.update({(old_id, i): (new_id, i) for i in range(count)})
-    return build.graph(gdict, [remap[(nid, idx)] for nid, idx, _ in gdict["heads"]])
+    alias = {(nid, 0): tuple(node["inputs"][0][:2]) for nid, node in enumerate(gdict["nodes"])
+             if node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype}
+    return graph.compact(gdict, {nid for nid, _ in alias}, alias)
 
 
 def _float32_heads(gdict, var_dtypes):
@@ -389,7 +365,7 @@ def _float32_heads(gdict, var_dtypes):
     if not low:
         return gdict
     build = _Nodes(n["name"] for n in gdict["nodes"])
-    for node, count in zip(gdict["nodes"], _counts(gdict)):
+    for node, count in zip(gdict["nodes"], graph.num_outputs(gdict)):
         build.add(node, count)
     heads = [build.cast((n, i), "float32") if [n, i, v] in low else (n, i) for n, i, v in gdict["heads"]]
     return build.graph(gdict, heads)

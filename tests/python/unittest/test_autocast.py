@@ -14,12 +14,6 @@ from amp_testing import bf16_round, lp_round
 BF16 = np.dtype([("bfloat16", np.uint16)])
 
 
-@pytest.fixture(autouse=True)
-def clean_amp():
-    amp.reset()
-    yield
-    amp.reset()
-    mx.npx.reset_np()
 
 
 def _data(shape, seed):

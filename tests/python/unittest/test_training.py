@@ -9,12 +9,6 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 
 
-@pytest.fixture(autouse=True)
-def clean_amp():
-    amp.reset()
-    yield
-    amp.reset()
-    mx.npx.reset_np()
 
 
 class _CNN(gluon.HybridBlock):
