@@ -13,6 +13,7 @@ from .autocast import current_policy, disable, init, is_enabled, reset, target_d
 from .convert import Conversion, ConversionSummary, convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
                     list_lp16_ops, list_widest_type_cast)
+from .layout import convert_layout, optimize_layout
 from .loss_scaler import LossScaler
 from .onnx import export_onnx  # also registers the AMP ops with mx.onnx.export_model
 from .policy import Policy
@@ -21,6 +22,6 @@ from .trainer import get_loss_scaler, init_trainer, load_state_dict, scale_loss,
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy", "Policy",
            "LossScaler", "init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict",
            "load_state_dict", "convert_symbol", "convert_model", "convert_hybrid_block", "Conversion",
-           "ConversionSummary", "export_onnx",
+           "ConversionSummary", "export_onnx", "optimize_layout", "convert_layout",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions"]

@@ -74,7 +74,7 @@ def _active_policy():
 
 
 def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None,
-         emulate=None):
+         emulate=None, layout_optimization=False):
     """Turn on automatic mixed precision for everything that runs afterwards.
 
     Call it before building the model. Calling it again with the same settings does nothing; with other
@@ -94,6 +94,10 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         Force (True) or forbid (False) emulation: values are rounded to ``target_dtype`` around low precision
         ops while kernels run in float32. The default picks per device: native on GPUs and on CPUs with
         AVX-512 for bfloat16, emulated elsewhere (MXNet 1.9.1 has no such CPU kernels).
+    layout_optimization : bool, optional
+        Also rewrite hybridized graphs on GPU contexts to channels-last convolutions (tensor cores run
+        low precision convolutions fastest in NHWC). On CPU contexts it is skipped with a warning: MXNet
+        1.9.1 runs convolutions only in NCHW there.
 
     Raises
     ------
@@ -110,7 +114,8 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     ...     y = net(x)          # runs in float32
     >>> amp.reset()             # back to plain MXNet
     """
-    policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate)
+    policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
+                         layout_optimization=layout_optimization)
     if _STATE.policy is not None:
         if _STATE.policy == policy:
             return
@@ -361,10 +366,25 @@ def _amp_get_graph(self, *args):
     var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
     var_shapes = {s.name: a.shape for s, a in zip(inputs, flat) if _is_array(a)}
     out, _ = graph.rewrite_symbol(out, policy, _device_type(flat), var_dtypes, var_shapes)
+    if policy.layout_optimization:
+        out = _channels_last(out, inputs, flat)
     self._cached_graph = inputs, out
     self._amp_graph = out
     _STATE.rewritten.add(self)
     return inputs, out
+
+
+def _channels_last(out, inputs, arrays):
+    """The ``amp_layout`` pass on a graph that runs on a GPU; on CPU a warning with the reason."""
+    from . import layout
+    ctx = next((a.context for a in arrays if _is_array(a)), mx.cpu())
+    refusal = layout.layout_refusal(ctx)
+    if refusal is not None:
+        warnings.warn("amp layout_optimization skipped: %s" % refusal, stacklevel=4)
+        return out
+    pairs = [(s.name, a) for s, a in zip(inputs, arrays) if _is_array(a)]
+    return layout.optimize_layout(out, input_shapes={n: a.shape for n, a in pairs},
+                                  input_dtypes={n: a.dtype for n, a in pairs}, ctx=ctx)
 
 
 def _flatten(args):

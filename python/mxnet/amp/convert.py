@@ -213,7 +213,7 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
 
 def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
-                         cast_params_offline=False, *, fuse=None, emulate=None):
+                         cast_params_offline=False, *, fuse=None, emulate=None, layout=None):
     """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
 
     Parameters
@@ -225,6 +225,9 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
         One example per input (values are not used beyond shape/type inference).
     ctx : Context, optional
         Where the result lives and runs; default: the context of ``data_example``.
+    layout : {None, 'NCHW', 'NHWC'}
+        'NHWC' rewrites 2-D convolutions to channels-last with the weights transposed offline
+        (:func:`mxnet.amp.layout.convert_layout`; GPU contexts only, refused on CPU with the reason).
 
     See :func:`convert` for the other parameters.
 
@@ -241,6 +244,9 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     data = list(data_example) if isinstance(data_example, (list, tuple)) else [data_example]
     if not data or not all(isinstance(d, mx.nd.NDArray) for d in data):
         raise TypeError("convert_hybrid_block: data_example must be an NDArray or a list of NDArrays")
+    if layout not in _LAYOUTS:
+        raise ValueError("convert_hybrid_block: layout must be one of %s, got %r"
+                         % (", ".join(repr(v) for v in _LAYOUTS), layout))
     ctx = ctx or data[0].context
     inputs, out, params = block_graph(block, data)
     names = [s.name for s in inputs]
@@ -248,14 +254,23 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     res = convert(out, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                   excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names)
-    new_params = dict(res.arg_params, **res.aux_params)
+    sym, arg_params, aux_params = res.symbol, res.arg_params, res.aux_params
+    if layout == "NHWC":
+        from .layout import convert_layout
+        sym, arg_params, aux_params = convert_layout(
+            sym, arg_params, aux_params, {n: d.shape for n, d in zip(names, data)},
+            input_dtypes={n: d.dtype for n, d in zip(names, data)}, ctx=ctx)
+    new_params = dict(arg_params, **aux_params)
     is_np = isinstance(out, mx.sym.np._Symbol)
     inputs = [mx.sym.var(n, dtype=d.dtype) for n, d in zip(names, data)]
-    net = SymbolBlock(res.symbol, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
+    net = SymbolBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
     for name, param in net.collect_params().items():
         param.cast(new_params[name].dtype)
     net.collect_params().load_dict(new_params, ctx=ctx)
     return net
+
+
+_LAYOUTS = (None, "NCHW", "NHWC")
 
 
 def block_graph(block, data):

@@ -52,6 +52,8 @@ class Policy:
         ``True`` rounds values to ``target_dtype`` at low precision op boundaries and computes in float32
         (numerics of mixed precision on hardware without fast kernels), ``False`` runs real low precision
         kernels, ``None`` decides per op and device (:meth:`emulates`).
+    layout_optimization : bool
+        Rewrite hybridized graphs on GPU contexts to channels-last convolutions (the ``amp_layout`` pass).
     """
 
     target_dtype: str
@@ -60,6 +62,7 @@ class Policy:
     conditional_fp32_ops: tuple = ()
     excluded_sym_names: tuple = ()
     emulate: object = None
+    layout_optimization: bool = False
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -150,7 +153,7 @@ def _check_conditional(entries):
 
 
 def make_policy(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-                fp32_ops=None, excluded_sym_names=None, emulate=None):
+                fp32_ops=None, excluded_sym_names=None, emulate=None, layout_optimization=False):
     """Validate user settings and return a frozen :class:`Policy`.
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
@@ -185,7 +188,9 @@ def make_policy(target_dtype="float16", target_precision_ops=None, conditional_f
     excluded = _as_tuple(excluded_sym_names, "excluded_sym_names")
     if emulate not in (None, True, False):
         raise ValueError("emulate must be None (auto), True or False, got %r" % (emulate,))
-    return Policy(dtype, lp16, fp32, conditional, excluded, emulate)
+    if layout_optimization not in (True, False):
+        raise ValueError("layout_optimization must be True or False, got %r" % (layout_optimization,))
+    return Policy(dtype, lp16, fp32, conditional, excluded, emulate, bool(layout_optimization))
 
 
 @functools.lru_cache(maxsize=None)
