@@ -205,8 +205,7 @@ def _frontend_ops():
 def _patch_frontends(policy):
     wrappers = {}
     for module, attr, func, op in _frontend_ops():
-        conditional = op in policy._conditions
-        action = None if conditional else policy.action(op)
+        action = None if policy.is_conditional(op) else policy.action(op)
         if action == NEUTRAL:
             continue
         if func not in wrappers:

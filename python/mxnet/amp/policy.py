@@ -99,6 +99,10 @@ class Policy:
         category = lists.category(op, self.target_dtype)
         return _CATEGORY_ACTION.get(category, NEUTRAL)
 
+    def is_conditional(self, op):
+        """Whether ``op``'s action depends on its attributes (a conditional fp32 entry)."""
+        return op in self._conditions
+
     def emulates(self, op, device_type):
         """Whether low precision op ``op`` on ``device_type`` ('cpu' or 'gpu') is emulated.
 

@@ -267,3 +267,21 @@ def test_reset_restores_everything():
     assert not _casts(_graph_of(net))
     amp.init("float16", emulate=True)  # a new setting is allowed after reset
     assert amp.target_dtype() == "float16"
+
+
+def test_conditional_fp32_follows_the_attribute():
+    amp.init("bfloat16", target_precision_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
+             emulate=False)
+    low = mx.nd.exp(mx.nd.array(_data((2, 3), 13)))
+    assert low.dtype == BF16
+    assert mx.nd.clip(low, a_min=0.0, a_max=2.0).dtype == np.float32  # the attribute matches: fp32
+    assert mx.nd.clip(low, a_min=0.5, a_max=2.0).dtype == BF16        # otherwise neutral
+    data = mx.sym.var("data")
+    out = mx.sym.Activation(mx.sym.Activation(data, act_type="softrelu", name="soft"), act_type="tanh", name="t")
+    from mxnet.amp.graph import rewrite_symbol
+    sym, _ = rewrite_symbol(out, amp.current_policy(), var_dtypes={"data": BF16})
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    soft = next(n for n in nodes if n["name"] == "soft")  # built-in entry: Activation(softrelu) in fp32
+    assert nodes[soft["inputs"][0][0]]["attrs"]["dtype"] == "float32"
+    tanh = next(n for n in nodes if n["name"] == "t")     # Activation(tanh): neutral, no cast
+    assert nodes[tanh["inputs"][0][0]]["name"] == "soft"
