@@ -1,6 +1,7 @@
 """Operator categories for AMP: which dtype every MXNet operator runs in, per target dtype.
 
-The data live in one plain module per target dtype (:mod:`.float16`, :mod:`.bfloat16`); this module
+The data live in plain modules: the operator groups in :mod:`.groups`, and per target dtype (:mod:`.float16`,
+:mod:`.bfloat16`) which category each group lands in and why; this module
 validates dtypes and op names, builds cached lookup tables from the data and answers the public queries
 (``list_lp16_ops`` and friends, re-exported as ``mxnet.amp.list_*``).
 
