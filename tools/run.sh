@@ -15,8 +15,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
 .venv/bin/python -m pip install -q --disable-pip-version-check .
-cd /tmp  # import the installed package, never the source tree
-if [ "$job" = demo ]; then
-  exec "$OLDPWD/.venv/bin/python" -m mxnet.amp demo "$@"
+root="$PWD"
+if [ "$job" = test ]; then
+  # C++ kernels under AddressSanitizer, and the CUDA build when nvcc is present (compile only).
+  PATH="$root/.venv/bin:$PATH" PYTHON="$root/.venv/bin/python" bash tools/ci_native.sh
 fi
-exec "$OLDPWD/.venv/bin/python" -m pytest "$OLDPWD/tests/python" -p no:cacheprovider "$@"
+if [ "$job" = demo ]; then  # the report folder (amp_report/ by default) lands in the repository root
+  exec .venv/bin/python -m mxnet.amp demo "$@"
+fi
+cd "$(mktemp -d)"  # test the installed package, never the source tree
+exec "$root/.venv/bin/python" -m pytest "$root/tests/python" -p no:cacheprovider "$@"

@@ -11,7 +11,7 @@ namespace mxnet_amp {
 namespace {
 
 template <bool kBf16>
-__global__ void round_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t size) {
+__global__ void round_kernel(const float* in, float* out, int64_t size) {  // in may be out
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < size;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = in[i];

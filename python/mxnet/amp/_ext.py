@@ -1,0 +1,229 @@
+"""The one place that loads libmxnet_amp.so (the C++ extension library) and names its ops.
+
+The library is loaded once per process at ``import mxnet.amp``: from ``$MXNET_AMP_LIBRARY`` when that
+is set, else from ``_lib/libmxnet_amp.so`` next to this file (built by ``bash tools/build_dev.sh`` or
+by ``pip install .``). A second load of the same file (or of another copy when the ops are already
+registered) is skipped: loading twice would half-register the ops in MXNet.
+
+All functions take NDArrays (legacy ``mx.nd.NDArray`` or numpy-mode ``mx.np.ndarray``) that live on one
+context, and return arrays of the kind of the first one.
+"""
+import ctypes
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet.ndarray._internal import _imperative_invoke
+
+__all__ = ["OP_NAMES", "LIBRARY_PATH", "cpu_isa", "multi_cast", "widest_cast", "unscale_and_check"]
+
+OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round")
+
+_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")
+_BF16 = np.dtype([("bfloat16", np.uint16)])
+_TARGET_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _library_path():
+    path = os.environ.get("MXNET_AMP_LIBRARY") or _DEFAULT_PATH
+    return os.path.realpath(path)
+
+
+def _registered_ops():
+    return set(mx.operator.get_all_registered_operators())
+
+
+def _load(path):
+    """Load the library at path unless its ops are already registered; returns the path used."""
+    missing = [name for name in OP_NAMES if name not in _registered_ops()]
+    if not missing:
+        return path
+    if len(missing) != len(OP_NAMES):
+        raise ImportError(
+            "mxnet.amp: MXNet already has some but not all ops of libmxnet_amp (missing: %s); "
+            "another version of the library was loaded earlier in this process" % ", ".join(missing))
+    if not os.path.isfile(path):
+        raise ImportError(
+            "mxnet.amp: C++ extension library not found at %s. Build it with "
+            "`bash tools/build_dev.sh` (dev tree) or `pip install .`, or set MXNET_AMP_LIBRARY "
+            "to the path of a built libmxnet_amp.so" % path)
+    mx.library.load(path, verbose=False)
+    return path
+
+
+LIBRARY_PATH = _load(_library_path())
+
+
+def cpu_isa():
+    """Instruction set the CPU kernels use on this machine: "avx512", "avx2" or "baseline"."""
+    func = ctypes.CDLL(LIBRARY_PATH).mxnet_amp_cpu_isa
+    func.restype = ctypes.c_char_p
+    return func().decode()
+
+
+_ND = mx.nd.NDArray
+_NP = mx.np.ndarray
+
+
+def _op_handle(name):
+    handle = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(name), ctypes.byref(handle)))
+    return handle.value
+
+
+_OP_HANDLES = {name: _op_handle(name) for name in OP_NAMES}
+
+
+def _check_arrays(func, name, arrays):
+    if isinstance(arrays, (_ND, np.ndarray)):
+        raise TypeError("%s: %s must be a list or tuple of NDArrays, got a single %s"
+                        % (func, name, type(arrays).__name__))
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("%s: %s is empty; pass at least one NDArray" % (func, name))
+    for i, a in enumerate(arrays):
+        if not isinstance(a, _ND):
+            raise TypeError("%s: %s[%d] is a %s; expected mx.nd.NDArray or mx.np.ndarray"
+                            % (func, name, i, type(a).__name__))
+    return arrays
+
+
+def _invoke(op_name, func, arrays, out=None, **attrs):
+    """Run op_name on arrays (a non-empty sequence of NDArrays) in one call; returns a list.
+
+    Outputs are numpy-mode arrays when arrays[0] is one, or the arrays of out when given. Array
+    handles go straight to MXNet (no per-array conversion); MXNet itself rejects arrays on different
+    contexts and out arrays of the wrong shape or dtype.
+    """
+    arrays = _check_arrays(func, "arrays", arrays)
+    if out is not None:
+        out = _check_arrays(func, "out", out)
+        if len(out) != len(arrays):
+            raise ValueError("%s: out has %d arrays but arrays has %d; they must match one to one"
+                             % (func, len(out), len(arrays)))
+    attrs["num_args"] = len(arrays)
+    result = _imperative_invoke(_OP_HANDLES[op_name], arrays, list(attrs),
+                                [str(v) for v in attrs.values()], out,
+                                isinstance(arrays[0], _NP), True)
+    return out if out is not None else result
+
+
+def _target_name(dtype):
+    if isinstance(dtype, str) and dtype in _TARGET_DTYPES:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt == _BF16:
+        return "bfloat16"
+    if dt is not None and dt.name in ("float32", "float16"):
+        return dt.name
+    raise ValueError("multi_cast: dtype %r is not supported; valid choices: %s"
+                     % (dtype, ", ".join(_TARGET_DTYPES)))
+
+
+def multi_cast(arrays, dtype, out=None):
+    """Cast N arrays to one dtype in a single fused op call.
+
+    Parameters
+    ----------
+    arrays : list of NDArray
+        Float arrays (float32, float64, float16 or bfloat16, mixed allowed) on one context.
+    dtype : str or numpy dtype
+        Target dtype: "float32", "float16" or "bfloat16" (or np.float32, np.float16, MXNet's bfloat16
+        dtype object). Math is float32; float16 rounds like ``numpy.astype``, bfloat16 like ``amp_cast``.
+    out : list of NDArray, optional
+        N preallocated arrays of the target dtype and the inputs' shapes to write into (saves one
+        allocation per array when the same list is cast every step).
+
+    Returns
+    -------
+    list of NDArray
+        N arrays of the target dtype (``out`` when given), same shapes and kind as the inputs.
+
+    Raises
+    ------
+    ValueError
+        Empty list, unsupported dtype, or ``out`` of another length.
+    TypeError
+        An element is not an NDArray.
+
+    Example
+    -------
+    >>> low = multi_cast([w1, w2], "float16")
+    """
+    return _invoke("amp_multi_cast", "multi_cast", arrays, out, dtype=_target_name(dtype))
+
+
+def widest_cast(arrays, out=None):
+    """Cast N arrays to the widest float dtype among them (``amp_multicast`` semantics), one op call.
+
+    float64 > float32 > float16, bfloat16; float16 mixed with bfloat16 gives float32.
+
+    Parameters
+    ----------
+    arrays : list of NDArray
+        Float arrays on one context, any shapes (zero-size included).
+    out : list of NDArray, optional
+        N preallocated arrays of the widest dtype to write into.
+
+    Returns
+    -------
+    list of NDArray
+        N arrays of the widest dtype (``out`` when given).
+
+    Raises
+    ------
+    ValueError
+        Empty list, or ``out`` of another length.
+    TypeError
+        An element is not an NDArray.
+
+    Example
+    -------
+    >>> a32, b32 = widest_cast([a16, b32])
+    """
+    return _invoke("amp_multi_widest_cast", "widest_cast", arrays, out)
+
+
+def unscale_and_check(arrays, inv_scale, sum_squares=False):
+    """Unscale gradients in place and check them for inf/nan in one fused pass.
+
+    Every array is multiplied by ``inv_scale`` in place (no writes when ``inv_scale == 1.0``: a pure
+    check); each byte is read once. Results are checked after rounding to the array's dtype.
+
+    Parameters
+    ----------
+    arrays : list of NDArray
+        Float gradients (float32, float64, float16, bfloat16, mixed allowed) on one context.
+    inv_scale : float
+        1 / loss scale.
+    sum_squares : bool, optional
+        Also return the global sum of squares of the unscaled values (for norm clipping).
+
+    Returns
+    -------
+    NDArray or (NDArray, NDArray)
+        float32 array of shape (1,): 1.0 if every value is finite, else 0.0. With ``sum_squares``,
+        the pair (flag, sumsq), sumsq a float32 array of shape (1,). Reading either on the host
+        (``.asscalar()``) waits for the computation: a host sync.
+
+    Raises
+    ------
+    ValueError
+        Empty list.
+    TypeError
+        An element is not an NDArray, or inv_scale is not a real number.
+
+    Example
+    -------
+    >>> flag = unscale_and_check(grads, 1.0 / scaler.scale)
+    >>> if flag.asscalar():  # host sync
+    ...     trainer.update(batch_size)
+    """
+    if isinstance(inv_scale, bool) or not isinstance(inv_scale, (int, float, np.floating, np.integer)):
+        raise TypeError("unscale_and_check: inv_scale must be a real number, got %r" % (inv_scale,))
+    out = _invoke("amp_multi_unscale_check", "unscale_and_check", arrays,
+                  inv_scale=repr(float(inv_scale)), sum_squares=bool(sum_squares))
+    return (out[0], out[1]) if sum_squares else out[0]

@@ -1,0 +1,264 @@
+/*!
+ * \file cpu_loops_isa.cc
+ * \brief Single-chunk CPU loops, written for compiler auto-vectorisation.
+ *
+ * Compiled once per instruction set with AMP_ISA set to baseline, avx2 or avx512 (see CMakeLists.txt);
+ * each copy lives in its own namespace so the copies never mix at link time.
+ */
+#include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "convert.h"
+#include "cpu_loops.h"
+#include "multi_tensor.h"
+
+#ifndef AMP_ISA
+#error "AMP_ISA must be defined (baseline, avx2 or avx512)"
+#endif
+
+#define AMP_CONCAT_(a, b) a##b
+#define AMP_CONCAT(a, b) AMP_CONCAT_(a, b)
+#define AMP_STR_(x) #x
+#define AMP_STR(x) AMP_STR_(x)
+
+namespace mxnet_amp {
+namespace AMP_CONCAT(isa_, AMP_ISA) {
+namespace {
+
+struct F32 {
+  using storage = float;
+  static inline float load(float v) { return v; }
+  static inline float store(float v) { return v; }
+  static inline bool finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
+};
+struct F16 {
+  using storage = uint16_t;
+  static inline float load(uint16_t v) { return half_bits_to_float(v); }
+  static inline uint16_t store(float v) { return float_to_half_bits(v); }
+  static inline bool finite(uint16_t v) { return (v & 0x7c00u) != 0x7c00u; }
+};
+struct BF16 {
+  using storage = uint16_t;
+  static inline float load(uint16_t v) { return bf16_bits_to_float(v); }
+  static inline uint16_t store(float v) { return float_to_bf16_bits(v); }
+  static inline bool finite(uint16_t v) { return (v & 0x7f80u) != 0x7f80u; }
+};
+struct F64 {
+  using storage = double;
+  static inline float load(double v) { return static_cast<float>(v); }
+  static inline double store(float v) { return v; }
+  static inline bool finite(double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+  }
+};
+
+template <typename Src, typename Dst>
+void cast_loop(const void* in, void* out, int64_t n) {
+  const typename Src::storage* __restrict__ src = static_cast<const typename Src::storage*>(in);
+  typename Dst::storage* __restrict__ dst = static_cast<typename Dst::storage*>(out);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = Dst::store(Src::load(src[i]));
+}
+
+#if defined(__F16C__)
+// F16C converts float32 <-> float16 with the same round-to-nearest-even as numpy, 8 values per
+// instruction, but it quiets signalling NaNs (numpy keeps them) and may honour MXCSR's
+// flush-to-zero / denormals-are-zero bits. So: blocks holding a NaN, and calls made while FTZ or DAZ
+// is set, take the integer path of convert.h instead.
+inline bool f16c_exact() { return (_mm_getcsr() & 0x8040u) == 0u; }
+
+template <>
+void cast_loop<F32, F16>(const void* in, void* out, int64_t n) {
+  const float* src = static_cast<const float*>(in);
+  uint16_t* dst = static_cast<uint16_t*>(out);
+  int64_t i = 0;
+  if (f16c_exact()) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_loadu_ps(src + i);
+      if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
+        for (int j = 0; j < 8; ++j) dst[i + j] = float_to_half_bits(src[i + j]);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                         _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+      }
+    }
+  }
+  for (; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
+}
+
+template <>
+void cast_loop<F16, F32>(const void* in, void* out, int64_t n) {
+  const uint16_t* src = static_cast<const uint16_t*>(in);
+  float* dst = static_cast<float*>(out);
+  int64_t i = 0;
+  if (f16c_exact()) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
+        for (int j = 0; j < 8; ++j) dst[i + j] = half_bits_to_float(src[i + j]);
+      } else {
+        _mm256_storeu_ps(dst + i, x);
+      }
+    }
+  }
+  for (; i < n; ++i) dst[i] = half_bits_to_float(src[i]);
+}
+
+// Unscales float16 data 8 values at a time; returns how many values it handled (a multiple of 8).
+// NaN inputs need no integer path here: a product is never a signalling NaN, and F16C rounds a
+// quiet NaN exactly like numpy.
+template <bool kWrite, bool kSumSquares>
+int64_t unscale_f16_f16c(uint16_t* p, int64_t n, float inv_scale, bool* finite, double* acc) {
+  if (!f16c_exact()) return 0;
+  const __m256 scale = _mm256_set1_ps(inv_scale);
+  const __m128i exp_mask = _mm_set1_epi16(0x7c00);
+  __m128i bad = _mm_setzero_si128();
+  __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i* at = reinterpret_cast<__m128i*>(p + i);
+    const __m256 y = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(at)), scale);
+    const __m128i r = _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT);
+    if (kWrite) _mm_storeu_si128(at, r);
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(r, exp_mask), exp_mask));
+    if (kSumSquares) {
+      const __m256 v = _mm256_cvtph_ps(r);
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+      sum_lo = _mm256_add_pd(sum_lo, _mm256_mul_pd(lo, lo));
+      sum_hi = _mm256_add_pd(sum_hi, _mm256_mul_pd(hi, hi));
+    }
+  }
+  *finite = _mm_testz_si128(bad, bad) != 0;
+  if (kSumSquares) {
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(sum_lo, sum_hi));
+    *acc += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+  return i;
+}
+#endif
+
+void copy_f64(const void* in, void* out, int64_t n) {
+  const double* __restrict__ src = static_cast<const double*>(in);
+  double* __restrict__ dst = static_cast<double*>(out);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+template <typename Dst>
+void cast_from(int src, const void* in, void* out, int64_t n) {
+  switch (src) {
+    case kFloat32: cast_loop<F32, Dst>(in, out, n); break;
+    case kFloat16: cast_loop<F16, Dst>(in, out, n); break;
+    case kBfloat16: cast_loop<BF16, Dst>(in, out, n); break;
+    default: cast_loop<F64, Dst>(in, out, n); break;
+  }
+}
+
+void cast(int src, int dst, const void* in, void* out, int64_t n) {
+  switch (dst) {
+    case kFloat32: cast_from<F32>(src, in, out, n); break;
+    case kFloat16: cast_from<F16>(src, in, out, n); break;
+    case kBfloat16: cast_from<BF16>(src, in, out, n); break;
+    default:
+      // float64 output: exact widening, or a plain copy from float64.
+      if (src == kFloat64) {
+        copy_f64(in, out, n);
+      } else if (src == kFloat32) {
+        const float* __restrict__ s = static_cast<const float*>(in);
+        double* __restrict__ d = static_cast<double*>(out);
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+      } else {
+        cast_from<F64>(src, in, out, n);
+      }
+      break;
+  }
+}
+
+// Results are checked after rounding to the storage type, so an unscale that overflows the storage
+// type is reported as non-finite.
+template <typename T, bool kWrite, bool kSumSquares>
+bool unscale_loop(void* data, int64_t n, float inv_scale, double* sum_squares) {
+  typename T::storage* __restrict__ p = static_cast<typename T::storage*>(data);
+  unsigned bad = 0;
+  double acc = 0.0;
+  int64_t start = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same<T, F16>::value) {
+    bool finite = true;
+    start = unscale_f16_f16c<kWrite, kSumSquares>(p, n, inv_scale, &finite, &acc);
+    bad = finite ? 0u : 1u;
+  }
+#endif
+#pragma omp simd reduction(| : bad) reduction(+ : acc)
+  for (int64_t i = start; i < n; ++i) {
+    const typename T::storage r = T::store(T::load(p[i]) * inv_scale);
+    if (kWrite) p[i] = r;
+    bad |= T::finite(r) ? 0u : 1u;
+    if (kSumSquares) {
+      const double v = static_cast<double>(T::load(r));
+      acc += v * v;
+    }
+  }
+  if (kSumSquares) *sum_squares += acc;
+  return bad == 0u;
+}
+
+// float64 keeps float64 math: rounding a float64 gradient through float32 would change it.
+template <bool kWrite, bool kSumSquares>
+bool unscale_f64(void* data, int64_t n, float inv_scale, double* sum_squares) {
+  double* __restrict__ p = static_cast<double*>(data);
+  const double s = inv_scale;
+  unsigned bad = 0;
+  double acc = 0.0;
+#pragma omp simd reduction(| : bad) reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = p[i] * s;
+    if (kWrite) p[i] = r;
+    bad |= F64::finite(r) ? 0u : 1u;
+    if (kSumSquares) acc += r * r;
+  }
+  if (kSumSquares) *sum_squares += acc;
+  return bad == 0u;
+}
+
+template <typename T>
+bool unscale_typed(void* data, int64_t n, float inv_scale, bool write, double* sum_squares) {
+  if (write) {
+    return sum_squares ? unscale_loop<T, true, true>(data, n, inv_scale, sum_squares)
+                       : unscale_loop<T, true, false>(data, n, inv_scale, sum_squares);
+  }
+  return sum_squares ? unscale_loop<T, false, true>(data, n, inv_scale, sum_squares)
+                     : unscale_loop<T, false, false>(data, n, inv_scale, sum_squares);
+}
+
+bool unscale(int dtype, void* data, int64_t n, float inv_scale, bool write, double* sum_squares) {
+  switch (dtype) {
+    case kFloat32: return unscale_typed<F32>(data, n, inv_scale, write, sum_squares);
+    case kFloat16: return unscale_typed<F16>(data, n, inv_scale, write, sum_squares);
+    case kBfloat16: return unscale_typed<BF16>(data, n, inv_scale, write, sum_squares);
+    default:
+      if (write) {
+        return sum_squares ? unscale_f64<true, true>(data, n, inv_scale, sum_squares)
+                           : unscale_f64<true, false>(data, n, inv_scale, sum_squares);
+      }
+      return sum_squares ? unscale_f64<false, true>(data, n, inv_scale, sum_squares)
+                         : unscale_f64<false, false>(data, n, inv_scale, sum_squares);
+  }
+}
+
+const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale};
+
+}  // namespace
+}  // namespace AMP_CONCAT(isa_, AMP_ISA)
+
+const CpuLoops* AMP_CONCAT(cpu_loops_, AMP_ISA)() { return &AMP_CONCAT(isa_, AMP_ISA)::kLoops; }
+
+}  // namespace mxnet_amp

@@ -1,0 +1,66 @@
+/*!
+ * \file multi_tensor.h
+ * \brief Fused multi-tensor kernels of mxnet.amp: plain C++ entry points, no MXNet headers.
+ *
+ * Every entry point takes its arguments in the same order: (chunk_size, flags/results, tensor lists,
+ * scalars). Tensors are dense and contiguous; a data pointer only needs the alignment of its element
+ * type (views at any element offset are fine). Callers validate dtypes and sizes (see ops/); the
+ * kernels never touch memory outside [data, data + size).
+ */
+#ifndef MXNET_AMP_KERNELS_MULTI_TENSOR_H_
+#define MXNET_AMP_KERNELS_MULTI_TENSOR_H_
+
+#include <stdint.h>
+
+namespace mxnet_amp {
+
+/*! \brief Floating point dtype codes, equal to MXNet's (mshadow) type flags. */
+enum DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBfloat16 = 12 };
+
+/*! \brief One dense tensor: data pointer, number of elements, dtype code. */
+struct TensorRef {
+  void* data;
+  int64_t size;
+  int dtype;
+};
+
+/*! \brief Elements per work item: tensors are split into chunks of this many elements. */
+constexpr int64_t kDefaultChunkSize = int64_t(1) << 16;
+
+/*! \brief Whether dtype is one of the DType codes above. */
+bool is_float_dtype(int dtype);
+
+/*! \brief Name of a dtype code ("float32", ..., or "dtype code <n>"), for error messages. */
+const char* dtype_name(int dtype);
+
+/*! \brief Bytes per element of a float dtype code (0 for other codes). */
+int dtype_bytes(int dtype);
+
+/*!
+ * \brief The widest of n float dtypes: float64 > float32 > float16, bfloat16; float16 mixed with
+ *        bfloat16 gives float32, the narrowest type that holds both exactly.
+ */
+int widest_dtype(const int* dtypes, int n);
+
+/*! \brief Instruction set the CPU kernels dispatched to at run time ("avx512", "avx2", "baseline"). */
+const char* cpu_isa();
+
+/*!
+ * \brief outputs[i] = cast(inputs[i]) for i < n, one call. Math in float32 (float64 -> float64 is a
+ *        copy); inputs[i].size must equal outputs[i].size; an input may not overlap a different output.
+ */
+void cpu_multi_tensor_cast(int64_t chunk_size, const TensorRef* inputs, const TensorRef* outputs,
+                           int n);
+
+/*!
+ * \brief In place, tensors[i] *= inv_scale (no writes when inv_scale == 1.0), reading each element
+ *        once. Sets *finite_flag to 1.0f if every result is finite, else 0.0f. When sum_squares is not
+ *        null, also sets *sum_squares to the sum of squares of all results (double accumulation,
+ *        deterministic for a given chunk_size).
+ */
+void cpu_multi_tensor_unscale_check(int64_t chunk_size, float* finite_flag, float* sum_squares,
+                                    const TensorRef* tensors, int n, float inv_scale);
+
+}  // namespace mxnet_amp
+
+#endif  // MXNET_AMP_KERNELS_MULTI_TENSOR_H_

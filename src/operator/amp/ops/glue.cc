@@ -1,0 +1,116 @@
+/*!
+ * \file glue.cc
+ * \brief Attribute parsing and validation shared by the mxnet.amp ops.
+ */
+#include "glue.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace mxnet_amp {
+
+using mxnet::ext::MXTensor;
+
+bool parse_num_args(const char* op, const Attrs& attrs, int* num_args) {
+  const auto it = attrs.find("num_args");
+  if (it == attrs.end()) {
+    MX_ERROR_MSG << op << ": missing attribute num_args (the number of input arrays); pass "
+                 << "num_args=len(arrays)";
+    return false;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(it->second.c_str(), &end, 10);
+  if (errno != 0 || end == it->second.c_str() || *end != '\0' || n < 1 || n > (1 << 24)) {
+    MX_ERROR_MSG << op << ": num_args must be an integer >= 1 (got '" << it->second
+                 << "'); an empty list of arrays is not allowed";
+    return false;
+  }
+  *num_args = static_cast<int>(n);
+  return true;
+}
+
+bool parse_float(const char* op, const Attrs& attrs, const char* key, float fallback,
+                 float* value) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) {
+    *value = fallback;
+    return true;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0') {
+    MX_ERROR_MSG << op << ": attribute " << key << " must be a number (got '" << it->second << "')";
+    return false;
+  }
+  *value = static_cast<float>(v);
+  return true;
+}
+
+bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) {
+    *value = fallback;
+    return true;
+  }
+  const std::string& s = it->second;
+  if (s == "True" || s == "true" || s == "1") {
+    *value = true;
+  } else if (s == "False" || s == "false" || s == "0") {
+    *value = false;
+  } else {
+    MX_ERROR_MSG << op << ": attribute " << key << " must be True or False (got '" << s << "')";
+    return false;
+  }
+  return true;
+}
+
+bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype) {
+  const auto it = attrs.find("dtype");
+  const std::string s = it == attrs.end() ? std::string() : it->second;
+  if (s == "float32") {
+    *dtype = kFloat32;
+  } else if (s == "float16") {
+    *dtype = kFloat16;
+  } else if (s == "bfloat16") {
+    *dtype = kBfloat16;
+  } else {
+    MX_ERROR_MSG << op << ": attribute dtype must be one of float32, float16, bfloat16 (got '"
+                 << (it == attrs.end() ? "<missing>" : s) << "')";
+    return false;
+  }
+  return true;
+}
+
+bool check_float_inputs(const char* op, const std::vector<int>& dtypes) {
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (!is_float_dtype(dtypes[i])) {
+      MX_ERROR_MSG << op << ": input " << i << " has dtype " << dtype_name(dtypes[i]) << " (code "
+                   << dtypes[i] << "); supported: float32, float64, float16, bfloat16";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool to_refs(const char* op, const char* role, std::vector<MXTensor>* tensors, size_t begin,
+             size_t count, std::vector<TensorRef>* refs) {
+  refs->clear();
+  refs->reserve(count);
+  for (size_t i = begin; i < begin + count; ++i) {
+    MXTensor& t = (*tensors)[i];
+    if (t.stype != mxnet::ext::kDefaultStorage) {
+      MX_ERROR_MSG << op << ": " << role << " " << i - begin << " has sparse storage; only dense "
+                   << "arrays are supported";
+      return false;
+    }
+    refs->push_back({t.data_ptr, t.size(), static_cast<int>(t.dtype)});
+  }
+  return true;
+}
+
+bool on_gpu(const std::vector<MXTensor>& tensors) {
+  return !tensors.empty() && tensors[0].ctx.dev_type == "gpu";
+}
+
+}  // namespace mxnet_amp

@@ -1,0 +1,45 @@
+/*!
+ * \file glue.h
+ * \brief Helpers shared by the lib_api glue of the mxnet.amp ops: attribute parsing, validation with
+ *        messages naming the op and the input, MXTensor -> TensorRef.
+ */
+#ifndef MXNET_AMP_OPS_GLUE_H_
+#define MXNET_AMP_OPS_GLUE_H_
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mxnet/lib_api.h"
+#include "../kernels/multi_tensor.h"
+
+namespace mxnet_amp {
+
+using Attrs = std::unordered_map<std::string, std::string>;
+using Shapes = std::vector<std::vector<unsigned int>>;
+
+/*! \brief Reads the positive integer attribute "num_args"; on failure reports an error naming op. */
+bool parse_num_args(const char* op, const Attrs& attrs, int* num_args);
+
+/*! \brief Reads a float attribute (default when absent); on failure reports an error naming op. */
+bool parse_float(const char* op, const Attrs& attrs, const char* key, float fallback, float* value);
+
+/*! \brief Reads a boolean attribute ("True"/"False"/"1"/"0"/"true"/"false", default when absent). */
+bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value);
+
+/*! \brief Reads the "dtype" attribute: float32, float16 or bfloat16. */
+bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype);
+
+/*! \brief Checks that every input dtype is a float dtype; the error names op, input and dtype. */
+bool check_float_inputs(const char* op, const std::vector<int>& dtypes);
+
+/*! \brief Dense tensors [begin, begin + count) as TensorRefs; fails (naming op/input) on sparse ones. */
+bool to_refs(const char* op, const char* role, std::vector<mxnet::ext::MXTensor>* tensors,
+             size_t begin, size_t count, std::vector<TensorRef>* refs);
+
+/*! \brief Whether the tensors live on a GPU (all tensors of one call share a context). */
+bool on_gpu(const std::vector<mxnet::ext::MXTensor>& tensors);
+
+}  // namespace mxnet_amp
+
+#endif  // MXNET_AMP_OPS_GLUE_H_

@@ -1,0 +1,97 @@
+"""Loading of libmxnet_amp by mxnet.amp._ext: once, quietly, from $MXNET_AMP_LIBRARY when set."""
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+
+import mxnet as mx
+import pytest
+
+from mxnet.amp import _ext
+
+
+def run_python(code, **env):
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, cwd="/", timeout=120)
+
+
+def test_library_path_is_real_and_ops_registered():
+    assert os.path.isabs(_ext.LIBRARY_PATH) and os.path.isfile(_ext.LIBRARY_PATH)
+    assert _ext.LIBRARY_PATH == os.path.realpath(_ext.LIBRARY_PATH)
+    registered = set(mx.operator.get_all_registered_operators())
+    for name in _ext.OP_NAMES:
+        assert name in registered
+        assert callable(getattr(mx.nd, name)) and callable(getattr(mx.sym, name))
+    assert _ext.cpu_isa() in ("avx512", "avx2", "baseline")
+
+
+def test_reload_does_not_load_again(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("mx.library.load called a second time")
+
+    monkeypatch.setattr(mx.library, "load", fail)
+    path = _ext.LIBRARY_PATH
+    importlib.reload(_ext)
+    assert _ext.LIBRARY_PATH == path
+
+
+def test_import_is_quiet():
+    result = run_python("import mxnet.amp")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+
+
+def test_missing_library_names_path_and_build_command():
+    result = run_python("import mxnet.amp", MXNET_AMP_LIBRARY="/nonexistent/libmxnet_amp.so")
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr
+    assert "/nonexistent/libmxnet_amp.so" in result.stderr
+    assert "tools/build_dev.sh" in result.stderr and "pip install ." in result.stderr
+
+
+def test_env_var_selects_library_and_copies_are_not_loaded_twice(tmp_path):
+    copy = tmp_path / "libmxnet_amp.so"
+    shutil.copy(_ext.LIBRARY_PATH, copy)
+    link = tmp_path / "link.so"
+    link.symlink_to(copy)
+    code = (
+        "import mxnet as mx\n"
+        "from mxnet.amp import _ext\n"
+        "print(_ext.LIBRARY_PATH)\n"
+        "loads = []\n"
+        "mx.library.load = lambda *a, **k: loads.append(a)\n"
+        "import importlib, os\n"
+        "os.environ['MXNET_AMP_LIBRARY'] = %r\n"
+        "importlib.reload(_ext)\n"
+        "print(len(loads))\n"
+        "print(_ext.multi_cast([mx.nd.ones(2)], 'float16')[0].asnumpy().tolist())\n"
+    ) % _ext.LIBRARY_PATH
+    result = run_python(code, MXNET_AMP_LIBRARY=str(link))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == str(copy)  # the real path behind the symlink
+    assert lines[1] == "0"  # ops already registered: another copy is not loaded
+    assert lines[2] == "[1.0, 1.0]"
+
+
+@pytest.mark.parametrize("op", ["amp_multi_cast", "amp_multi_widest_cast"])
+def test_cast_ops_work_in_symbol_graphs(op):
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    attrs = {"dtype": "float16"} if op == "amp_multi_cast" else {}
+    sym = getattr(mx.sym, op)(a, b, num_args=2, **attrs)
+    args = {"a": mx.nd.array([1.0, 2.0]), "b": mx.nd.array([3.0])}
+    outputs = sym.bind(mx.cpu(), args).forward()
+    assert [o.asnumpy().tolist() for o in outputs] == [[1.0, 2.0], [3.0]]
+
+
+def test_unscale_op_mutates_its_inputs_in_symbol_graphs():
+    # Mutable inputs are auxiliary states of a symbol.
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    sym = mx.sym.amp_multi_unscale_check(a, b, num_args=2, inv_scale=0.5)
+    assert sym.list_auxiliary_states() == ["a", "b"]
+    aux = {"a": mx.nd.array([1.0, 2.0]), "b": mx.nd.array([3.0])}
+    (flag,) = sym.bind(mx.cpu(), {}, aux_states=aux).forward()
+    assert flag.asnumpy().tolist() == [1.0]
+    assert aux["a"].asnumpy().tolist() == [0.5, 1.0] and aux["b"].asnumpy().tolist() == [1.5]
