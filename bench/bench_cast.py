@@ -13,32 +13,14 @@ numpy.copyto of TOTAL float32).
 Usage: python bench/bench_cast.py [--total 100000000] [--repeat 3]
 """
 import argparse
-import statistics
-import time
 
 import mxnet as mx
 import numpy as np
 
 from mxnet.amp import _ext
+from timing import split, timed
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
-
-
-def timed(func, repeat):
-    """Median wall time of func() over repeat runs, after one warm-up; func waits for its results."""
-    func()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def split(total, count):
-    sizes = [total // count] * count
-    sizes[-1] += total - sum(sizes)
-    return sizes
 
 
 def fused(params, dtype, out=None):

@@ -11,26 +11,13 @@ weight transposition included) and says so.
 Usage: python bench/bench_layout.py [--batch 64] [--repeat 20]
 """
 import argparse
-import statistics
-import time
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon.model_zoo import vision
 
 from mxnet.amp import layout
-
-
-def timed(func, repeat):
-    """Median wall time of func() over repeat runs, after two warm-ups; func waits for its results."""
-    func()
-    func()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from timing import timed
 
 
 def step_times(net, x, repeat):
@@ -43,7 +30,7 @@ def step_times(net, x, repeat):
         loss.backward()
         mx.nd.waitall()
 
-    return timed(infer, repeat), timed(train, repeat)
+    return timed(infer, repeat, warmup=2), timed(train, repeat, warmup=2)
 
 
 def bench_gpu(batch, repeat):
@@ -75,8 +62,8 @@ def bench_rewrite(repeat):
     args = {k: v for k, v in params.items() if k not in aux_names}
     aux = {k: v for k, v in params.items() if k in aux_names}
     gpu = mx.gpu(0)  # context object only: nothing runs on it
-    t_train = timed(lambda: layout.optimize_layout(sym, input_shapes={"data": x.shape}, ctx=gpu), repeat)
-    t_conv = timed(lambda: layout.convert_layout(sym, args, aux, {"data": x.shape}, ctx=gpu), repeat)
+    t_train = timed(lambda: layout.optimize_layout(sym, input_shapes={"data": x.shape}, ctx=gpu), repeat, warmup=2)
+    t_conv = timed(lambda: layout.convert_layout(sym, args, aux, {"data": x.shape}, ctx=gpu), repeat, warmup=2)
     print("no GPU: convolution speed not measured (no channels-last CPU convolution in MXNet 1.9.1)")
     print("ResNet-50 rewrite: training graph %.1f ms, converted model (weights transposed) %.1f ms"
           % (t_train * 1e3, t_conv * 1e3))

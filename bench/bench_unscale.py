@@ -13,32 +13,14 @@ can remove.
 Usage: python bench/bench_unscale.py [--total 100000000] [--repeat 5]
 """
 import argparse
-import statistics
-import time
 
 import mxnet as mx
 import numpy as np
 
 from mxnet.amp import _ext
+from timing import split, timed
 
 CHUNK = 200  # arrays per multi_all_finite call in mxnet.contrib.amp
-
-
-def timed(func, repeat):
-    """Median wall time of func() over repeat runs, after one warm-up; func must wait for results."""
-    func()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def split(total, count):
-    sizes = [total // count] * count
-    sizes[-1] += total - sum(sizes)
-    return sizes
 
 
 def fused(grads, inv_scale):

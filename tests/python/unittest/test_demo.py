@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from mxnet import amp
 from mxnet.amp.demo import DemoConfig, run_demo

@@ -4,7 +4,6 @@ import sys
 
 import mxnet as mx
 import numpy as np
-import pytest
 
 from mxnet.amp.doctor import diagnose, diagnose_block
 
