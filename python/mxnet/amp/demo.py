@@ -2,7 +2,7 @@
 
 Both runs use the same initial weights and batch order, so the table compares precision alone.
 """
-from dataclasses import dataclass
+import dataclasses
 import sys
 import time
 import warnings
@@ -12,14 +12,14 @@ import numpy as np
 __all__ = ["DemoConfig", "load_digits_split", "build_cnn", "train", "run_demo", "add_arguments", "run"]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DemoConfig:
     """Settings of the demo run."""
 
     epochs: int = 6
     batch_size: int = 64
     learning_rate: float = 0.05
-    dtype: str = "bfloat16"
+    dtype: str = None  # None: float16 when MXNet has a GPU, else bfloat16
     seed: int = 0
     out_dir: str = "amp_report"
 
@@ -59,11 +59,11 @@ def build_cnn():
     return net
 
 
-def _accuracy(net, x, y, batch_size):
+def _accuracy(net, x, y, batch_size, ctx=None):
     import mxnet as mx
     correct = 0
     for i in range(0, len(x), batch_size):
-        out = net(mx.nd.array(x[i:i + batch_size]))
+        out = net(mx.nd.array(x[i:i + batch_size], ctx=ctx or mx.cpu()))
         pred = out.astype("float32").argmax(axis=1).asnumpy()
         correct += int((pred == y[i:i + batch_size]).sum())
     return correct / len(x)
@@ -159,7 +159,7 @@ def train(config, use_amp, data, log=print, ctx=None):
             bar.clear()
             hist["seconds"].append(time.perf_counter() - start)
             hist["loss"].append(total / count)
-            hist["accuracy"].append(_accuracy(net, x_test, y_test, config.batch_size))
+            hist["accuracy"].append(_accuracy(net, x_test, y_test, config.batch_size, ctx))
             log("  %-9s epoch %d/%d  loss %.4f  test accuracy %.3f  %.2f s"
                 % (label, epoch + 1, config.epochs, hist["loss"][-1], hist["accuracy"][-1], hist["seconds"][-1]))
         hist["net"] = net
@@ -192,23 +192,23 @@ def _param_bytes(net):
     return sum(p.data().size * np.dtype(p.data().dtype).itemsize for p in net.collect_params().values())
 
 
-def _inference(config, net, data):
+def _inference(config, net, data, ctx):
     """Convert the trained net for inference, export it to ONNX and run that in onnxruntime."""
     import os
     import mxnet as mx
     import onnxruntime
     from . import convert as amp_convert, onnx as amp_onnx
     x_test, y_test = data[2], data[3]
-    example = mx.nd.array(x_test[:config.batch_size])
+    example = mx.nd.array(x_test[:config.batch_size], ctx=ctx)
     low = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True)
-    result = {"accuracy": _accuracy(low, x_test, y_test, config.batch_size), "bytes": _param_bytes(low)}
+    result = {"accuracy": _accuracy(low, x_test, y_test, config.batch_size, ctx), "bytes": _param_bytes(low)}
     exportable = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True,
                                                   fuse=False)
     path = amp_onnx.export_onnx(exportable, None, [(len(x_test),) + x_test.shape[1:]],
                                 os.path.join(config.out_dir, "model.onnx"))
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     logits = session.run(None, {session.get_inputs()[0].name: x_test})[0]
-    reference = exportable(mx.nd.array(x_test)).astype("float32").asnumpy()
+    reference = exportable(mx.nd.array(x_test, ctx=ctx)).astype("float32").asnumpy()
     result["onnx_accuracy"] = float((logits.argmax(axis=1) == y_test).mean())
     result["onnx_deviation"] = float(np.abs(logits - reference).max() / np.abs(reference).max())
     result["onnx_path"] = path
@@ -223,15 +223,20 @@ def run_demo(config, out=sys.stdout):
     from . import report
     from .policy import make_policy
 
+    import mxnet as mx
+    ctx = mx.gpu() if mx.context.num_gpus() > 0 else mx.cpu()
+    if config.dtype is None:
+        config = dataclasses.replace(config, dtype="float16" if ctx.device_type == "gpu" else "bfloat16")
+
     def log(line):
         print(line, file=out, flush=True)
     data = load_digits_split(config.seed)
-    log("digits: %d train / %d test images, %d epochs, batch %d, AMP dtype %s"
-        % (len(data[0]), len(data[2]), config.epochs, config.batch_size, config.dtype))
-    fp32 = train(config, False, data, log)
-    amp = train(config, True, data, log)
+    log("digits: %d train / %d test images, %d epochs, batch %d, AMP dtype %s on %s"
+        % (len(data[0]), len(data[2]), config.epochs, config.batch_size, config.dtype, ctx))
+    fp32 = train(config, False, data, log, ctx)
+    amp = train(config, True, data, log, ctx)
     os.makedirs(config.out_dir, exist_ok=True)
-    infer = _inference(config, amp["net"], data)
+    infer = _inference(config, amp["net"], data, ctx)
     log("  %-9s converted for inference; ONNX model checked in onnxruntime: %s"
         % (config.dtype, infer["onnx_path"]))
     rows = [("final test accuracy", "%.3f" % fp32["accuracy"][-1], "%.3f" % amp["accuracy"][-1]),
@@ -275,7 +280,8 @@ def add_arguments(parser):
     parser.add_argument("--epochs", type=_positive_int, default=DemoConfig.epochs)
     parser.add_argument("--batch-size", type=_positive_int, default=DemoConfig.batch_size)
     parser.add_argument("--dtype", choices=("bfloat16", "float16"), default=DemoConfig.dtype,
-                        help="low precision type (float16 runs emulated on CPU)")
+                        help="low precision type (default: float16 with a GPU build of MXNet, else bfloat16; "
+                             "float16 runs emulated on CPU)")
     parser.add_argument("--out", default=DemoConfig.out_dir, help="report folder (default: %(default)s)")
 
 
