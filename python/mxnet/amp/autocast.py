@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import json
 import sys
 import threading
 import types
@@ -125,6 +126,7 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     _patch_frontends(policy)
     _patch(_gluon_block.HybridBlock, "_get_graph", _amp_get_graph)
     _patch(_gluon_block.Block, "__call__", _amp_block_call)
+    _patch(_gluon_block.HybridBlock, "export", _amp_export)
     _patch(_symbol_mod.Symbol, "bind", _amp_bind("bind"))
     _patch(_symbol_mod.Symbol, "simple_bind", _amp_bind("simple_bind"))
     existing = [b for b in gc.get_objects() if isinstance(b, _gluon_block.Block)]
@@ -371,6 +373,24 @@ def _amp_get_graph(self, *args):
     self._amp_graph = out
     _STATE.rewritten.add(self)
     return inputs, out
+
+
+def _amp_export(self, path, epoch=0, remove_amp_cast=True):
+    """``HybridBlock.export``: with ``remove_amp_cast`` (the default) the file holds the plain float32 graph.
+
+    MXNet removes ``amp_cast``/``amp_multicast`` itself; the emulation rounding (``amp_round``, an op of this
+    project's library) goes too, so the exported model loads in MXNet without ``mxnet.amp``.
+    """
+    original = _amp_export.__wrapped__
+    if not remove_amp_cast or not self._cached_graph:
+        return original(self, path, epoch, remove_amp_cast)
+    inputs, out = self._cached_graph
+    plain = mx.sym.load_json(json.dumps(graph.drop_rounding(json.loads(out.tojson(remove_amp_cast=False)))))
+    self._cached_graph = inputs, (plain.as_np_ndarray() if isinstance(out, mx.sym.np._Symbol) else plain)
+    try:
+        return original(self, path, epoch, remove_amp_cast)
+    finally:
+        self._cached_graph = inputs, out
 
 
 def _channels_last(out, inputs, arrays):

@@ -15,7 +15,7 @@ import numpy as np
 from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
-           "compact", "RewriteStats", "CAST_OPS"]
+           "compact", "drop_rounding", "RewriteStats", "CAST_OPS"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -249,6 +249,13 @@ def compact(graph, dropped, alias):
         new_counts.append(counts[nid])
     heads = [(new_id[src], idx) for src, idx in (resolve((h[0], h[1])) for h in graph["heads"])]
     return assemble(graph, nodes, new_counts, heads)
+
+
+def drop_rounding(graph, dtype=None):
+    """Remove the ``amp_round`` nodes (to ``dtype``, or all): their readers read the unrounded tensor."""
+    alias = {(nid, 0): tuple(node["inputs"][0][:2]) for nid, node in enumerate(graph["nodes"])
+             if node["op"] == "amp_round" and dtype in (None, node["attrs"]["dtype"])}
+    return compact(graph, {nid for nid, _ in alias}, alias) if alias else graph
 
 
 def _drop_noop_casts(graph, var_dtypes, stats):

@@ -317,7 +317,7 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
         return gdict, params
     params = dict(params)
     if mode == "float32":
-        gdict = _drop_rounding(gdict, "bfloat16")
+        gdict = graph.drop_rounding(gdict, "bfloat16")
     if mode in ("float16", "float32"):
         for node in gdict["nodes"]:
             attrs = node.get("attrs", {})
@@ -349,13 +349,6 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
             remap[(old_id, i)] = out
     params.update({n: params[n].astype("float32") for n in bf16})
     return build.graph(gdict, [remap[(nid, idx)] for nid, idx, _ in gdict["heads"]]), params
-
-
-def _drop_rounding(gdict, dtype):
-    """Remove ``amp_round`` nodes to ``dtype`` (their readers read the unrounded float32 tensor)."""
-    alias = {(nid, 0): tuple(node["inputs"][0][:2]) for nid, node in enumerate(gdict["nodes"])
-             if node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype}
-    return graph.compact(gdict, {nid for nid, _ in alias}, alias)
 
 
 def _float32_heads(gdict, var_dtypes):

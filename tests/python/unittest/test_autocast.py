@@ -285,3 +285,22 @@ def test_conditional_fp32_follows_the_attribute():
     assert nodes[soft["inputs"][0][0]]["attrs"]["dtype"] == "float32"
     tanh = next(n for n in nodes if n["name"] == "t")     # Activation(tanh): neutral, no cast
     assert nodes[tanh["inputs"][0][0]]["name"] == "soft"
+
+
+def test_export_writes_the_plain_float32_graph(tmp_path):
+    amp.init("bfloat16", emulate=True)
+    net = _Recursive(depth=2)
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.array(_data((2, 8), 14))
+    net(x)
+    assert any(n["op"] == "amp_round" for n in _casts(_graph_of(net)))
+    prefix = str(tmp_path / "net")
+    net.export(prefix)
+    saved = json.load(open(prefix + "-symbol.json"))
+    assert not [n["op"] for n in saved["nodes"] if n["op"] in ("amp_cast", "amp_multicast", "amp_round")]
+    assert _casts(_graph_of(net)), "the block keeps its AMP graph"
+    amp.reset()
+    loaded = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
+    net.hybridize(active=False)
+    np.testing.assert_allclose(loaded(x).asnumpy(), net(x).asnumpy(), rtol=1e-6, atol=1e-7)
