@@ -16,9 +16,16 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad command line in one line (``error: ... (see --help)``), without the usage block."""
+
+    def error(self, message):
+        self.exit(2, "error: %s (see %s --help)\n" % (message, self.prog))
+
+
 def main(argv=None):
     """Parse ``argv`` and run the chosen command; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m mxnet.amp", description="MXNet automatic mixed precision")
+    parser = _Parser(prog="python -m mxnet.amp", description="MXNet automatic mixed precision")
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, (module, help_text) in COMMANDS.items():

@@ -44,3 +44,13 @@ def test_bad_dtype_is_rejected_by_the_parser():
     with pytest.raises(SystemExit) as exc:
         main(["lists", "--dtype", "float8"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["frob"], "error: argument command: invalid choice: 'frob'"),
+    (["doctor", "--symbol", "x"], "error: the following arguments are required: --params, --input-shape"),
+])
+def test_command_line_mistakes_are_one_line(argv, message):
+    proc = subprocess.run([sys.executable, "-m", "mxnet.amp"] + argv, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), proc.stderr
