@@ -122,9 +122,16 @@ def _check_request(args, sym, params, inputs, shapes):
                          % (len(shapes), len(inputs), ", ".join(inputs)))
     if args.onnx and not shapes:
         raise ValueError("--onnx needs --input-shape for every input (%s)" % ", ".join(inputs))
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(out_dir):
-        raise FileNotFoundError("output folder does not exist: %s" % out_dir)
+    if not os.path.basename(args.out):
+        raise ValueError("--out must name a file prefix, not a folder: %r" % args.out)
+    for what, path in (("--out", args.out), ("--onnx", args.onnx)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError("%s: folder does not exist: %s" % (what, folder))
+        if os.path.isdir(path):
+            raise ValueError("%s: %s is a folder; give a file path" % (what, path))
     if shapes:
         try:
             sym.infer_shape(**dict({k: v.shape for k, v in params.items()}, **dict(zip(inputs, shapes))))
@@ -161,26 +168,42 @@ def _print_deviation(original, result, shapes, out):
 
 
 def _save_all(result, for_onnx, prefix, onnx_path, shapes):
-    """Write every output to a temporary name first; rename them all only when every write succeeded."""
+    """Write every output to a temporary file beside its final path; rename them only when all were written.
+
+    If a rename fails, the files already renamed are put back as they were (previous versions restored,
+    new ones removed), so a failed run leaves the output paths untouched.
+    """
     import mxnet as mx
     from .onnx import export_onnx
-    folder = os.path.dirname(os.path.abspath(prefix))
-    final = ["%s-symbol.json" % prefix, "%s-0000.params" % prefix] + ([onnx_path] if onnx_path else [])
-    tmp = []
+    final = ([onnx_path] if onnx_path else []) + ["%s-symbol.json" % prefix, "%s-0000.params" % prefix]
+    tmp, backups, done = {}, {}, []
     try:
-        for suffix in (".json", ".params") + ((".onnx",) if onnx_path else ()):
-            fd, name = tempfile.mkstemp(suffix=suffix, dir=folder)
+        for path in final:
+            fd, tmp[path] = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=os.path.dirname(
+                os.path.abspath(path)))
             os.close(fd)
-            tmp.append(name)
-        result.symbol.save(tmp[0], remove_amp_cast=False)
+        if onnx_path:
+            export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
+        result.symbol.save(tmp[final[-2]], remove_amp_cast=False)
         saved = {"arg:%s" % k: v for k, v in result.arg_params.items()}
         saved.update({"aux:%s" % k: v for k, v in result.aux_params.items()})
-        mx.nd.save(tmp[1], saved)
-        if onnx_path:
-            export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[2])
-        for src, dst in zip(tmp, final):
-            os.replace(src, dst)
+        mx.nd.save(tmp[final[-1]], saved)
+        for path in final:
+            if os.path.exists(path):
+                backups[path] = path + ".amp-backup"
+                os.replace(path, backups[path])
+            os.replace(tmp[path], path)
+            del tmp[path]
+            done.append(path)
+    except BaseException:
+        for path in done:
+            os.remove(path)
+        for path, backup in backups.items():
+            os.replace(backup, path)
+        raise
     finally:
-        for name in tmp:
+        for name in tmp.values():
             if os.path.exists(name):
                 os.remove(name)
+    for backup in backups.values():
+        os.remove(backup)

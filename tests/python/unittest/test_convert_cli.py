@@ -97,9 +97,35 @@ def test_user_mistakes_raise_one_line_and_write_nothing(saved_net, tmp_path, ext
 def test_missing_files_and_folders(saved_net, tmp_path):
     with pytest.raises(FileNotFoundError, match="nope-symbol.json"):
         _run(*_args(str(tmp_path / "nope"), str(tmp_path / "low"), "--dtype", "bfloat16"))
-    with pytest.raises(FileNotFoundError, match="output folder"):
+    with pytest.raises(FileNotFoundError, match="--out: folder does not exist"):
         _run(*_args(saved_net, str(tmp_path / "missing" / "low"), "--dtype", "bfloat16"))
-    assert os.listdir(tmp_path) == []
+    with pytest.raises(FileNotFoundError, match="--onnx: folder does not exist: .*missing"):
+        _run(*_args(saved_net, str(tmp_path / "low"), "--dtype", "bfloat16", "--input-shape", "2,3,8,8",
+                    "--onnx", str(tmp_path / "missing" / "low.onnx")))
+    (tmp_path / "taken.onnx").mkdir()
+    with pytest.raises(ValueError, match="--onnx: .*taken.onnx is a folder"):
+        _run(*_args(saved_net, str(tmp_path / "low"), "--dtype", "bfloat16", "--input-shape", "2,3,8,8",
+                    "--onnx", str(tmp_path / "taken.onnx")))
+    with pytest.raises(ValueError, match="--out must name a file prefix"):
+        _run(*_args(saved_net, str(tmp_path) + os.sep, "--dtype", "bfloat16"))
+    assert os.listdir(tmp_path) == ["taken.onnx"]
+
+
+def test_failed_save_keeps_the_previous_outputs(saved_net, tmp_path, monkeypatch):
+    out = str(tmp_path / "low")
+    assert _run(*_args(saved_net, out, "--dtype", "bfloat16"))[0] == 0
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    real_replace = os.replace
+
+    def failing_replace(src, dst):  # the second output's rename fails
+        if dst.endswith(".params") and not src.endswith(".amp-backup") and not dst.endswith(".amp-backup"):
+            raise OSError("disk full")
+        return real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        _run(*_args(saved_net, out, "--dtype", "float16"))
+    monkeypatch.undo()
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
 
 
 def test_bad_shape_text():
