@@ -196,7 +196,8 @@ def unscale_and_check(arrays, inv_scale, sum_squares=False):
     Parameters
     ----------
     arrays : list of NDArray
-        Float gradients (float32, float64, float16, bfloat16, mixed allowed) on one context.
+        Float gradients (float32, float64, float16, bfloat16, mixed allowed) on one context. Each array
+        at most once, and no two overlapping views (they are scaled in place).
     inv_scale : float
         1 / loss scale.
     sum_squares : bool, optional
@@ -212,7 +213,7 @@ def unscale_and_check(arrays, inv_scale, sum_squares=False):
     Raises
     ------
     ValueError
-        Empty list.
+        Empty list, or an array given twice.
     TypeError
         An element is not an NDArray, or inv_scale is not a real number.
 
@@ -224,6 +225,13 @@ def unscale_and_check(arrays, inv_scale, sum_squares=False):
     """
     if isinstance(inv_scale, bool) or not isinstance(inv_scale, (int, float, np.floating, np.integer)):
         raise TypeError("unscale_and_check: inv_scale must be a real number, got %r" % (inv_scale,))
+    arrays = list(arrays)
+    handles = [getattr(getattr(a, "handle", None), "value", id(a)) for a in arrays]
+    if len(set(handles)) != len(handles):
+        first = {}
+        i = next(i for i, h in enumerate(handles) if first.setdefault(h, i) != i)
+        raise ValueError("unscale_and_check: arrays[%d] is arrays[%d] again; each gradient may appear once "
+                         "(it is scaled in place)" % (i, first[handles[i]]))
     out = _invoke("amp_multi_unscale_check", "unscale_and_check", arrays,
                   inv_scale=repr(float(inv_scale)), sum_squares=bool(sum_squares))
     return (out[0], out[1]) if sum_squares else out[0]

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import inspect
 import json
 import sys
 import threading
@@ -148,6 +149,8 @@ def reset():
         setattr(owner, name, original)
     _STATE.patches = []
     for blk in list(_STATE.rewritten):
+        blk._cached_graph = blk.__dict__.pop("_amp_original")  # a SymbolBlock keeps its graph when cleared
+        del blk._amp_graph
         blk._clear_cached_op()
     _STATE.rewritten = weakref.WeakSet()
     _STATE.policy = None
@@ -315,6 +318,8 @@ def _converter(policy, op, action, arrays):
 
 def _wrap_op(func, op, action):
     """Wrap one front-end function; ``action`` is fixed by the policy, or None for conditional ops."""
+    signature = inspect.signature(func) if action is None else None
+
     def amp_op(*args, **kwargs):
         policy = _STATE.policy
         if policy is None or getattr(_LOCAL, "disabled", 0):
@@ -322,18 +327,35 @@ def _wrap_op(func, op, action):
         arrays = _arrays(args, kwargs)
         if not arrays:
             return func(*args, **kwargs)
-        act = action or policy.action(op, {k: str(v) for k, v in kwargs.items()})
+        act = action or policy.action(op, _attributes(signature, args, kwargs))
         convert = _converter(policy, op, act, arrays)
         if convert is None:
             return func(*args, **kwargs)
         args, kwargs = _map_arrays(convert, args, kwargs)
         out = func(*args, **kwargs)
         if act == LP16 and policy.emulates(op, arrays[0].context.device_type):
-            out = _map_outputs(convert, out)  # the op's low precision output, rounded like its inputs
+            # the op's low precision output, rounded like its inputs (in place when the caller gave out=)
+            target = kwargs.get("out")
+            if target is None:
+                return _map_outputs(convert, out)
+            for dst in (target if isinstance(target, (list, tuple)) else [target]):
+                nd_dst = dst.as_nd_ndarray() if isinstance(dst, mx.np.ndarray) else dst
+                if _dtype_name(nd_dst) == "float32":
+                    _AMP_ROUND(nd_dst, dtype=policy.target_dtype, out=nd_dst)
         return out
     amp_op = functools.wraps(func)(amp_op)
     amp_op.__amp_original__ = func
     return amp_op
+
+
+def _attributes(signature, args, kwargs):
+    """The call's non-array arguments as the strings MXNet stores in node attributes (positional ones too)."""
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        bound = kwargs
+    extra = bound.pop("kwargs", {}) if isinstance(bound.get("kwargs"), dict) else {}
+    return {k: str(v) for k, v in dict(bound, **extra).items() if not _is_array(v)}
 
 
 def _amp_block_call(self, *args):
@@ -366,11 +388,13 @@ def _amp_get_graph(self, *args):
     var_dtypes = {p.name: p.dtype for p in self.collect_params().values()}
     var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
     var_shapes = {s.name: a.shape for s, a in zip(inputs, flat) if _is_array(a)}
+    original = inputs, out
     out, _ = graph.rewrite_symbol(out, policy, _device_type(flat), var_dtypes, var_shapes)
     if policy.layout_optimization:
         out = _channels_last(out, inputs, flat)
     self._cached_graph = inputs, out
     self._amp_graph = out
+    self.__dict__.setdefault("_amp_original", original)
     _STATE.rewritten.add(self)
     return inputs, out
 

@@ -93,20 +93,26 @@ class _Builder:
         return name
 
     def cast(self, entry, dtype):
-        """Return an entry holding ``entry`` as ``dtype`` (float types only; others pass through)."""
+        """Return an entry holding ``entry`` as ``dtype`` (float types only; others pass through).
+
+        A cast of a cast reads the original tensor instead (no fp32 -> lp16 -> fp32 chains).
+        """
         entry = self.cast_source.get(entry, entry)
         have = self.dtype.get(entry)
         if have == dtype or (have is not None and have not in _FLOAT_RANK) or have == "float64":
             return entry
         key = (entry, dtype)
         if key not in self.memo:
-            src = self.nodes[entry[0]]["name"]
-            nid = self.add({"op": "amp_cast", "name": self.unique("%s_amp_cast_%s" % (src, dtype)),
-                            "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
-            self.cast_source[(nid, 0)] = entry
-            self.memo[key] = (nid, 0)
-            self.stats.casts += 1
+            self.memo[key] = self._add_cast(entry, dtype)
+            self.cast_source[self.memo[key]] = entry
         return self.memo[key]
+
+    def _add_cast(self, entry, dtype):
+        src = self.nodes[entry[0]]["name"]
+        nid = self.add({"op": "amp_cast", "name": self.unique("%s_amp_cast_%s" % (src, dtype)),
+                        "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
+        self.stats.casts += 1
+        return (nid, 0)
 
     def round_trip(self, entry, dtype):
         """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision).
@@ -125,9 +131,8 @@ class _Builder:
                             "inputs": [[entry[0], entry[1], 0]]}, 1, ("float32",))
             rounded = (nid, 0)
             self.stats.casts += 1
-        elif have is None:
-            low = self.cast(entry, dtype)
-            rounded = self.cast(low, "float32") if low != entry else entry
+        elif have is None:  # unknown dtype: amp_cast there and back (non-float tensors pass unchanged)
+            rounded = self._add_cast(self._add_cast(entry, dtype), "float32")
         else:
             rounded = entry
         self.memo[key] = rounded

@@ -14,6 +14,9 @@ skips non-finite steps; bfloat16 defaults to a static scale of 1 (its exponent r
 from dataclasses import dataclass, fields
 import logging
 import math
+import numbers
+
+import numpy as np
 
 __all__ = ["LossScaler", "ScalerConfig", "ScalerState", "next_state"]
 
@@ -25,10 +28,11 @@ _LOG = logging.getLogger(__name__)
 
 def _check_number(key, value, low=None, high=None, low_open=True, high_open=True, integer=False):
     """Return ``value`` as float (or int) after checking type, finiteness and the (open or closed) range."""
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
         raise TypeError("%s must be %s, got %r (%s)"
                         % (key, "an int" if integer else "a number", value, type(value).__name__))
+    value = int(value) if integer else float(value)
     if not integer and not math.isfinite(value):
         raise ValueError("%s must be finite, got %r" % (key, value))
     if low is not None and (value <= low if low_open else value < low):

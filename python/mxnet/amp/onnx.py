@@ -17,7 +17,8 @@ bf16_mode      what the ONNX model holds
 'emulate'      float32 compute with every bfloat16 value rounded by ``Cast`` pairs: MXNet's bf16 numerics,
                runs anywhere (default)
 'float16'      bfloat16 replaced by float16 (values out of float16 range overflow)
-'float32'      bfloat16 replaced by float32: a float32 model with bfloat16-rounded weights
+'float32'      bfloat16 replaced by float32: a float32 model (weights bfloat16-rounded only when they were
+               cast offline, ``cast_params_offline=True``)
 'bfloat16'     the graph as is, for runtimes with bfloat16 kernels
 =============  =========================================================================================
 

@@ -80,13 +80,18 @@ def _state(trainer):
     return amp_state
 
 
-def _check_grads(trainer, inv_scale):
+def _check_grads(trainer, inv_scale, ignore_stale_grad=False):
     """Unscale (when ``inv_scale != 1``) and check every gradient on every device; returns a device flag.
 
     One fused call per device (a Trainer's parameters all live on the same device list, in the same order).
+    With ``ignore_stale_grad``, parameters whose gradient was not recomputed since the last step are left out,
+    as the update leaves them out: an old inf there must not skip every later step.
     """
-    per_param = [param.list_grad() for param in trainer._params if param.grad_req != "null"]
+    per_param = [param.list_grad() for param in trainer._params if param.grad_req != "null" and not (
+        ignore_stale_grad and not all(data._fresh_grad for data in param.list_data()))]
     if not per_param:
+        if ignore_stale_grad and any(param.grad_req != "null" for param in trainer._params):
+            return nd.ones((1,))  # every gradient is stale: nothing to check, the update skips them all
         raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
     with autograd.pause():
         flags = [_ext.unscale_and_check(list(grads), inv_scale) for grads in zip(*per_param)]
@@ -118,7 +123,7 @@ def _apply(trainer, batch_size, ignore_stale_grad):
     if amp_state.stage is _Stage.UNSCALED:
         flag, inv_scale = amp_state.flag, 1.0
     else:
-        flag, inv_scale = _check_grads(trainer, 1.0), 1.0 / amp_state.scaler.scale
+        flag, inv_scale = _check_grads(trainer, 1.0, ignore_stale_grad), 1.0 / amp_state.scaler.scale
     finite = bool(flag.asnumpy()[0])  # the step's single host sync
     amp_state.stage, amp_state.flag = _Stage.READY, None
     if finite:

@@ -304,3 +304,76 @@ def test_export_writes_the_plain_float32_graph(tmp_path):
     loaded = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
     net.hybridize(active=False)
     np.testing.assert_allclose(loaded(x).asnumpy(), net(x).asnumpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_module_api_trains_under_amp():
+    amp.init("bfloat16", emulate=True)
+    data = mx.sym.var("data")
+    out = mx.sym.LinearRegressionOutput(mx.sym.FullyConnected(data, num_hidden=2, name="fc"), name="lro")
+    mod = mx.mod.Module(out, data_names=["data"], label_names=["lro_label"])
+    mod.bind(data_shapes=[("data", (4, 3))], label_shapes=[("lro_label", (4, 2))])  # partial type_dict
+    mod.init_params(mx.init.Xavier())
+    mod.init_optimizer(optimizer_params={"learning_rate": 0.1})
+    batch = mx.io.DataBatch([mx.nd.array(_data((4, 3), 15))], [mx.nd.array(_data((4, 2), 16))])
+    mod.forward_backward(batch)
+    mod.update()
+    weight = mod.get_params()[0]["fc_weight"].asnumpy()
+    x = batch.data[0].asnumpy()
+    mod.forward(batch, is_train=False)
+    got = mod.get_outputs()[0].asnumpy()
+    ref = _emulated_fc(x, weight, "bfloat16") + mod.get_params()[0]["fc_bias"].asnumpy()
+    np.testing.assert_allclose(got, bf16_round(ref), rtol=2 ** -6, atol=1e-5)
+
+
+def test_reset_restores_an_imported_symbol_block(tmp_path):
+    net = _Recursive(depth=2)
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.array(_data((2, 8), 17))
+    fp32 = net(x).asnumpy()
+    net.export(str(tmp_path / "plain"))
+    amp.init("bfloat16", emulate=True)
+    block = gluon.SymbolBlock.imports(str(tmp_path / "plain-symbol.json"), ["data"],
+                                      str(tmp_path / "plain-0000.params"))
+    assert np.abs(block(x).asnumpy() - fp32).max() > 0 and _casts(_graph_of(block))
+    amp.reset()
+    np.testing.assert_array_equal(block(x).asnumpy(), fp32)
+    assert not _casts(_graph_of(block))
+    amp.init("float16", emulate=True)
+    block(x)
+    assert {n["attrs"]["dtype"] for n in _casts(_graph_of(block))} == {"float16"}
+
+
+def test_conditional_attribute_given_positionally_and_out_argument():
+    amp.init("bfloat16", target_precision_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
+             emulate=False)
+    low = mx.nd.exp(mx.nd.array(_data((2, 3), 18)))
+    assert mx.nd.clip(low, 0.0, 2.0).dtype == np.float32  # positional a_min matches the entry
+    amp.reset()
+    amp.init("bfloat16", emulate=True)
+    x, w = _data((4, 8), 19), _data((3, 8), 20)
+    out = mx.nd.empty((4, 3))
+    returned = mx.nd.FullyConnected(mx.nd.array(x), mx.nd.array(w), num_hidden=3, no_bias=True, out=out)
+    assert returned is out
+    np.testing.assert_allclose(out.asnumpy(), _emulated_fc(x, w, "bfloat16"), rtol=2 ** -7, atol=1e-6)
+    np.testing.assert_array_equal(out.asnumpy(), bf16_round(out.asnumpy()))  # rounded in place
+
+
+def test_conditional_attribute_typo_is_rejected():
+    with pytest.raises(ValueError, match=r"'Activation' has no attribute 'act_typo' \(did you mean 'act_type'\?\)"):
+        amp.init("bfloat16", conditional_fp32_ops=[("Activation", "act_typo", ["softrelu"])])
+
+
+def test_emulated_rounding_of_a_tensor_of_unknown_dtype():
+    from mxnet.amp.graph import rewrite_graph
+    from mxnet.amp.policy import make_policy
+    data = mx.sym.var("data")
+    graph = json.loads(mx.sym.FullyConnected(data, num_hidden=2, no_bias=True, name="fc")
+                       .tojson(remove_amp_cast=False))
+    new, _ = rewrite_graph(graph, make_policy("bfloat16", emulate=True), "cpu", {})  # no dtypes known
+    nodes = new["nodes"]
+    fc = next(n for n in nodes if n["name"] == "fc")
+    back = nodes[fc["inputs"][0][0]]
+    low = nodes[back["inputs"][0][0]]
+    assert (back["op"], back["attrs"]["dtype"], low["op"], low["attrs"]["dtype"]) == (
+        "amp_cast", "float32", "amp_cast", "bfloat16")  # a real round trip, not a cast of the source

@@ -95,3 +95,12 @@ def test_unscale_op_mutates_its_inputs_in_symbol_graphs():
     (flag,) = sym.bind(mx.cpu(), {}, aux_states=aux).forward()
     assert flag.asnumpy().tolist() == [1.0]
     assert aux["a"].asnumpy().tolist() == [0.5, 1.0] and aux["b"].asnumpy().tolist() == [1.5]
+
+
+def test_unscale_and_check_rejects_an_array_given_twice():
+    import mxnet as mx
+    from mxnet.amp import _ext
+    g = mx.nd.ones(4)
+    with pytest.raises(ValueError, match=r"arrays\[1\] is arrays\[0\] again"):
+        _ext.unscale_and_check([g, g], 0.5)
+    assert (g.asnumpy() == 1).all()

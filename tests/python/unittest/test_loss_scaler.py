@@ -203,3 +203,12 @@ def test_load_state_dict_rejects_other_versions_and_non_dicts():
 def test_load_state_dict_rejects_inconsistent_fields(changes, match):
     with pytest.raises(ValueError, match=match):
         LossScaler().load_state_dict(dict(_non_default_scaler().state_dict(), **changes))
+
+
+def test_numpy_scalars_are_accepted():
+    import numpy as np
+    scaler = LossScaler(init_scale=np.float32(1024), growth_interval=np.int64(100))
+    assert scaler.scale == 1024.0 and scaler.config.growth_interval == 100
+    assert type(scaler.config.growth_interval) is int and type(scaler.scale) is float
+    with pytest.raises(TypeError, match="growth_interval must be an int"):
+        LossScaler(growth_interval=np.float64(100.0))

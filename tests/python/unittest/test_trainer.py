@@ -421,3 +421,27 @@ def test_numpy_mode_arrays():
         assert trainer.step(5) is not poisoned
     for got, want in zip((net.weight.data().asnumpy(), net.bias.data().asnumpy()), _sgd_reference(1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_stale_overflowed_gradient_does_not_skip_later_steps():
+    a, b = gluon.nn.Dense(2, in_units=2), gluon.nn.Dense(2, in_units=2)
+    a.initialize()
+    b.initialize()
+    params = a.collect_params()
+    params.update(b.collect_params())
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.1})
+    init_trainer(trainer, LossScaler(dynamic=False, init_scale=1.0))
+    x = mx.nd.ones((1, 2))
+    with autograd.record():
+        loss = (a(x) * float("inf")).sum()  # branch a overflows once, then is never used again
+        with scale_loss(loss, trainer) as scaled:
+            scaled.backward()
+    assert trainer.step(1, ignore_stale_grad=True) is False
+    for _ in range(2):
+        with autograd.record():
+            loss = b(x).sum()
+            with scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        before = b.weight.data().asnumpy()
+        assert trainer.step(1, ignore_stale_grad=True) is True
+        np.testing.assert_allclose(b.weight.data().asnumpy(), before - 0.1 * np.ones((2, 2)), rtol=1e-6)

@@ -40,6 +40,7 @@ MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
 }
 
 MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  if ((*in)[0] == -1) (*in)[0] = kFloat32;  // unknown yet (e.g. a weight in a partial type_dict): float32
   if ((*in)[0] != kFloat32) {
     MX_ERROR_MSG << kRound << ": input 0 must be float32 (got " << dtype_name((*in)[0]) << ")";
     return MX_FAIL;
