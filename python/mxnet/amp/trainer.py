@@ -31,6 +31,7 @@ from ..gluon import Trainer
 from .. import autograd
 from .. import ndarray as nd
 from . import _ext, checkpoint
+from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
 
 __all__ = ["init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict", "load_state_dict"]
@@ -66,6 +67,7 @@ class _AmpState:
         self.target_dtype = target_dtype
         self.stage = _Stage.READY
         self.flag = None
+        self.grads = None  # GradBuffers: the parameters' gradients as views of one buffer per device and dtype
 
 
 def _target_dtype():
@@ -87,14 +89,22 @@ def _check_grads(trainer, inv_scale, ignore_stale_grad=False):
     With ``ignore_stale_grad``, parameters whose gradient was not recomputed since the last step are left out,
     as the update leaves them out: an old inf there must not skip every later step.
     """
-    per_param = [param.list_grad() for param in trainer._params if param.grad_req != "null" and not (
-        ignore_stale_grad and not all(data._fresh_grad for data in param.list_data()))]
-    if not per_param:
-        if ignore_stale_grad and any(param.grad_req != "null" for param in trainer._params):
+    params = [param for param in trainer._params if param.grad_req != "null"]
+    fresh = [param for param in params
+             if not ignore_stale_grad or all(data._fresh_grad for data in param.list_data())]
+    if not fresh:
+        if params:
             return nd.ones((1,))  # every gradient is stale: nothing to check, the update skips them all
         raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
+    if len(fresh) == len(params):  # the common case: one call per device over the contiguous buffers
+        amp_state = _state(trainer)
+        if amp_state.grads is None or not amp_state.grads.current(params):
+            amp_state.grads = GradBuffers(params)
+        per_device = amp_state.grads.per_device()
+    else:
+        per_device = [list(grads) for grads in zip(*(param.list_grad() for param in fresh))]
     with autograd.pause():
-        flags = [_ext.unscale_and_check(list(grads), inv_scale) for grads in zip(*per_param)]
+        flags = [_ext.unscale_and_check(grads, inv_scale) for grads in per_device]
         flag = flags[0]
         for other in flags[1:]:
             flag = flag * other.as_in_context(flag.context)

@@ -1,0 +1,85 @@
+"""Contiguous gradients: views of one buffer per (device, dtype), same training results, re-laid out when needed."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+from mxnet.amp.grad_buffer import GradBuffers
+from mxnet.amp.loss_scaler import LossScaler
+from mxnet.amp.trainer import init_trainer, scale_loss
+
+
+def _net(ctx, numpy_mode=False):
+    mx.random.seed(3)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(5, in_units=4, activation="relu"), gluon.nn.Dense(3, in_units=5))
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    return net
+
+
+def _train(net, ctx, use_amp, steps=3):
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    if use_amp:
+        init_trainer(trainer, LossScaler(init_scale=8.0, dynamic=False))
+    rs = np.random.RandomState(0)
+    for _ in range(steps):
+        with autograd.record():
+            losses = [net(mx.nd.array(rs.uniform(-1, 1, (2, 4)), ctx=c)).square().sum() for c in ctx]
+            if use_amp:
+                with scale_loss(losses, trainer) as scaled:
+                    autograd.backward(scaled)
+            else:
+                autograd.backward(losses)
+        trainer.step(2 * len(ctx))
+    return trainer
+
+
+@pytest.mark.parametrize("ctx", [[mx.cpu(0)], [mx.cpu(0), mx.cpu(1)]])
+def test_gradients_become_views_and_training_is_unchanged(ctx):
+    plain, amp_net = _net(ctx), _net(ctx)
+    _train(plain, ctx, False)
+    trainer = _train(amp_net, ctx, True)
+    for p, q in zip(amp_net.collect_params().values(), plain.collect_params().values()):
+        np.testing.assert_allclose(p.data(ctx[-1]).asnumpy(), q.data(ctx[-1]).asnumpy(), rtol=1e-5, atol=1e-6)
+    buffers = trainer._mxnet_amp.grads.per_device()
+    assert [len(b) for b in buffers] == [1] * len(ctx)  # one float32 buffer per device
+    flat = buffers[-1][0]
+    assert flat.size == sum(p.data().size for p in amp_net.collect_params().values())
+    flat[:] = 7.0  # the parameters' gradients are views of it
+    assert all((p.grad(ctx[-1]).asnumpy() == 7.0).all() for p in amp_net.collect_params().values())
+
+
+def test_replaced_gradients_are_laid_out_again():
+    net = _net([mx.cpu()])
+    trainer = _train(net, [mx.cpu()], True, steps=1)
+    first = trainer._mxnet_amp.grads
+    list(net.collect_params().values())[1]._init_grad()  # new gradient arrays, as Parameter.cast makes
+    with autograd.record():
+        loss = net(mx.nd.ones((2, 4))).sum()
+        with scale_loss(loss, trainer) as scaled:
+            scaled.backward()
+    assert trainer.step(2) is True
+    assert trainer._mxnet_amp.grads is not first
+    assert trainer._mxnet_amp.grads.current([p for p in trainer._params if p.grad_req != "null"])
+
+
+def test_numpy_mode_parameters():
+    mx.npx.set_np()
+    try:
+        net = _net([mx.cpu()])
+        params = list(net.collect_params().values())
+        net(mx.np.ones((1, 4)))
+        with autograd.record():
+            net(mx.np.ones((2, 4))).sum().backward()
+        before = [p.grad().asnumpy().copy() for p in params]
+        buffers = GradBuffers(params)
+        assert all(isinstance(p.grad(), mx.np.ndarray) for p in params)
+        for p, b in zip(params, before):
+            np.testing.assert_array_equal(p.grad().asnumpy(), b)  # values kept
+        with autograd.record():
+            (2 * net(mx.np.ones((2, 4))).sum()).backward()
+        for p, b in zip(params, before):
+            np.testing.assert_allclose(p.grad().asnumpy(), 2 * b, rtol=1e-6)  # backward writes into the views
+        assert buffers.current(params)
+    finally:
+        mx.npx.reset_np()
