@@ -18,7 +18,7 @@ import mxnet as mx
 import numpy as np
 
 from mxnet.amp import _ext
-from timing import split, timed
+from timing import copy_seconds, split, timed
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 
@@ -37,15 +37,7 @@ def builtin(params, dtype):
 
 def copy_bandwidth(total, repeat):
     """GB/s of the faster of MXNet copyto and numpy.copyto, counting bytes read + written."""
-    src_np = np.ones(total, dtype=np.float32)
-    dst_np = np.empty_like(src_np)
-    src, dst = mx.nd.array(src_np), mx.nd.empty(total)
-
-    def mx_copy():
-        src.copyto(dst)
-        dst.wait_to_read()
-
-    seconds = min(timed(mx_copy, repeat), timed(lambda: np.copyto(dst_np, src_np), repeat))
+    seconds = copy_seconds(total, repeat)
     return 8.0 * total / 1e9 / seconds
 
 

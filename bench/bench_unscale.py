@@ -19,7 +19,7 @@ import mxnet as mx
 import numpy as np
 
 from mxnet.amp import _ext
-from timing import split, timed
+from timing import copy_seconds, split, timed
 
 CHUNK = 200  # arrays per multi_all_finite call in mxnet.contrib.amp
 
@@ -39,18 +39,6 @@ def builtin(grads, inv_scale):
     return flag.asnumpy()[0]
 
 
-def copy_time(total, repeat):
-    src_np = np.ones(total, dtype=np.float32)
-    dst_np = np.empty_like(src_np)
-    src, dst = mx.nd.array(src_np), mx.nd.empty(total)
-
-    def mx_copy():
-        src.copyto(dst)
-        dst.wait_to_read()
-
-    return min(timed(mx_copy, repeat), timed(lambda: np.copyto(dst_np, src_np), repeat))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total", type=int, default=100_000_000, help="float32 gradients in all")
@@ -59,7 +47,7 @@ def main():
     args = parser.parse_args()
 
     gbytes = 2 * 4 * args.total / 1e9  # one read + one write of every gradient byte
-    t_copy = copy_time(args.total, args.repeat)
+    t_copy = copy_seconds(args.total, args.repeat)
     print("mxnet.amp fused unscale+check, %d float32 gradients (%.1f MB), kernels: %s"
           % (args.total, 4 * args.total / 1e6, _ext.cpu_isa()))
     print("copy of the same bytes: %.1f ms (%.1f GB/s)" % (1e3 * t_copy, gbytes / t_copy))
