@@ -5,8 +5,17 @@ The data live in plain modules: the operator groups in :mod:`.groups`, and per t
 validates dtypes and op names, builds cached lookup tables from the data and answers the public queries
 (``list_lp16_ops`` and friends, re-exported as ``mxnet.amp.list_*``).
 
-Categories (see the dtype modules for what each means to the graph rewriter):
-``lp16``, ``fp32``, ``neutral``, ``widest``, ``conditional_fp32``, ``loss_output``.
+Categories (how the graph rewriter treats a node; the dtype modules name them in capitals):
+
+- ``lp16``: floating inputs cast to the target dtype (or, where the device has no such kernel for the op,
+  rounded to it around the float32 kernel: emulation).
+- ``fp32``: floating inputs cast to float32.
+- ``neutral``: inputs untouched; the op runs in whatever float type arrives.
+- ``widest``: floating inputs cast to the widest float type among them.
+- ``conditional_fp32``: ``(op, attribute, values)``: float32 when the attribute has one of the values,
+  otherwise neutral.
+- ``loss_output``: legacy loss heads whose backward ignores the head gradient: float32 inputs, the loss
+  scale goes into their scale attribute (:data:`LOSS_SCALE_ATTR`).
 
 Example
 -------

@@ -5,23 +5,16 @@ Pooling, Activation, LRN, BatchNorm, Concat, ...) plus MXNet's native kernels th
 MXNet 1.9.1 has no GPU bfloat16 kernels. On CPUs without AVX-512 oneDNN cannot create bfloat16
 primitives, so the rewriter emulates (rounds to bfloat16, computes in float32). An op is NEUTRAL or
 WIDEST here only if one of those kernels accepts bfloat16 (``tools/probe_bf16.py``, oneDNN
-``SupportMKLDNN*`` checks for ``mshadow::kBfloat16`` in MXNet 1.9 sources); ops without such a kernel
-are FP32 so that they never receive bfloat16.
+``SupportMKLDNN*`` checks for ``mshadow::kBfloat16`` in MXNet 1.9 sources); other ops are FP32 so that
+they never receive bfloat16, except matmul-likes without a bf16 kernel, which are LP16 but not in
+``NATIVE_LP16``: the rewriter emulates them (bf16-rounded inputs and outputs around the fp32 kernel).
 
 Plain data read by :mod:`mxnet.amp.lists`: every forward operator registered in MXNet 1.9.1 (aliases
 included) and every op of this project's library sits in exactly one category, which
 ``tests/python/unittest/test_lists.py`` checks.
 
-Categories (how the graph rewriter treats a node):
-
-- ``LP16``: floating inputs cast to bfloat16.
-- ``FP32``: floating inputs cast to float32.
-- ``NEUTRAL``: inputs untouched; the op runs in whatever float type arrives.
-- ``WIDEST``: floating inputs cast to the widest float type among them.
-- ``CONDITIONAL_FP32``: ``(op, attribute, values)``: float32 when the attribute has one of the values,
-  otherwise neutral.
-- ``LOSS_OUTPUT``: legacy loss heads whose backward ignores the head gradient: float32 inputs, the
-  loss scale goes into their scale attribute.
+Categories (``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``, ``CONDITIONAL_FP32``, ``LOSS_OUTPUT``): see
+:mod:`mxnet.amp.lists` for how the graph rewriter treats each.
 
 The operators come in groups from :mod:`.groups` (one property each); this module adds the groups up
 into categories. ``REASONS`` pairs each group with why it sits where it does (``python -m mxnet.amp

@@ -8,16 +8,8 @@ Plain data read by :mod:`mxnet.amp.lists`: every forward operator registered in 
 included) and every op of this project's library sits in exactly one category, which
 ``tests/python/unittest/test_lists.py`` checks.
 
-Categories (how the graph rewriter treats a node):
-
-- ``LP16``: floating inputs cast to float16.
-- ``FP32``: floating inputs cast to float32.
-- ``NEUTRAL``: inputs untouched; the op runs in whatever float type arrives.
-- ``WIDEST``: floating inputs cast to the widest float type among them.
-- ``CONDITIONAL_FP32``: ``(op, attribute, values)``: float32 when the attribute has one of the values,
-  otherwise neutral.
-- ``LOSS_OUTPUT``: legacy loss heads whose backward ignores the head gradient: float32 inputs, the
-  loss scale goes into their scale attribute.
+Categories (``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``, ``CONDITIONAL_FP32``, ``LOSS_OUTPUT``): see
+:mod:`mxnet.amp.lists` for how the graph rewriter treats each.
 
 The operators come in groups from :mod:`.groups` (one property each); this module adds the groups up
 into categories. ``REASONS`` pairs each group with why it sits where it does (``python -m mxnet.amp
