@@ -113,4 +113,15 @@ bool on_gpu(const std::vector<MXTensor>& tensors) {
   return !tensors.empty() && tensors[0].ctx.dev_type == "gpu";
 }
 
+mxnet::ext::MXReturnValue cuda_result(const char* op, const char* error) {
+  if (error == nullptr) return mxnet::ext::MX_SUCCESS;
+  MX_ERROR_MSG << op << ": CUDA launch failed: " << error;
+  return mxnet::ext::MX_FAIL;
+}
+
+mxnet::ext::MXReturnValue no_cuda(const char* op) {
+  MX_ERROR_MSG << op << ": this build of libmxnet_amp has no CUDA kernels (build with -DMXNET_AMP_CUDA=ON)";
+  return mxnet::ext::MX_FAIL;
+}
+
 }  // namespace mxnet_amp

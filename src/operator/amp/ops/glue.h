@@ -40,6 +40,12 @@ bool to_refs(const char* op, const char* role, std::vector<mxnet::ext::MXTensor>
 /*! \brief Whether the tensors live on a GPU (all tensors of one call share a context). */
 bool on_gpu(const std::vector<mxnet::ext::MXTensor>& tensors);
 
+/*! \brief The result of a CUDA launch (nullptr or its error string); an error is reported naming op. */
+mxnet::ext::MXReturnValue cuda_result(const char* op, const char* error);
+
+/*! \brief Reports that op got GPU tensors in a build without CUDA kernels. */
+mxnet::ext::MXReturnValue no_cuda(const char* op);
+
 }  // namespace mxnet_amp
 
 #endif  // MXNET_AMP_OPS_GLUE_H_

@@ -76,17 +76,10 @@ MXReturnValue run_cast(const char* op, std::vector<MXTensor>* inputs,
   }
   if (on_gpu(*outputs)) {
 #if defined(MXNET_AMP_CUDA)
-    const char* err = cuda_multi_tensor_cast(kDefaultChunkSize, in.data(), out.data(),
-                                             static_cast<int>(in.size()), res.get_cuda_stream());
-    if (err != nullptr) {
-      MX_ERROR_MSG << op << ": CUDA launch failed: " << err;
-      return MX_FAIL;
-    }
-    return MX_SUCCESS;
+    return cuda_result(op, cuda_multi_tensor_cast(kDefaultChunkSize, in.data(), out.data(),
+                                                  static_cast<int>(in.size()), res.get_cuda_stream()));
 #else
-    MX_ERROR_MSG << op << ": this build of libmxnet_amp has no CUDA kernels (build with "
-                 << "-DMXNET_AMP_CUDA=ON)";
-    return MX_FAIL;
+    return no_cuda(op);
 #endif
   }
   cpu_multi_tensor_cast(kDefaultChunkSize, in.data(), out.data(), static_cast<int>(in.size()));

@@ -65,16 +65,9 @@ MXReturnValue run(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector
   }
   if (on_gpu(*outputs)) {
 #if defined(MXNET_AMP_CUDA)
-    const char* err = cuda_round_to(in[0], out[0], dtype, res.get_cuda_stream());
-    if (err != nullptr) {
-      MX_ERROR_MSG << kRound << ": CUDA launch failed: " << err;
-      return MX_FAIL;
-    }
-    return MX_SUCCESS;
+    return cuda_result(kRound, cuda_round_to(in[0], out[0], dtype, res.get_cuda_stream()));
 #else
-    MX_ERROR_MSG << kRound << ": this build of libmxnet_amp has no CUDA kernels (build with "
-                 << "-DMXNET_AMP_CUDA=ON)";
-    return MX_FAIL;
+    return no_cuda(kRound);
 #endif
   }
   cpu_round_to(kDefaultChunkSize, in[0], out[0], dtype);

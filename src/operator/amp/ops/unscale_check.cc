@@ -74,18 +74,10 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs,
   const int n = static_cast<int>(refs.size());
   if (on_gpu(*outputs)) {
 #if defined(MXNET_AMP_CUDA)
-    const char* err = cuda_multi_tensor_unscale_check(kDefaultChunkSize, flag, sum_squares,
-                                                      refs.data(), n, p.inv_scale,
-                                                      res.get_cuda_stream());
-    if (err != nullptr) {
-      MX_ERROR_MSG << kOp << ": CUDA launch failed: " << err;
-      return MX_FAIL;
-    }
-    return MX_SUCCESS;
+    return cuda_result(kOp, cuda_multi_tensor_unscale_check(kDefaultChunkSize, flag, sum_squares, refs.data(), n,
+                                                            p.inv_scale, res.get_cuda_stream()));
 #else
-    MX_ERROR_MSG << kOp << ": this build of libmxnet_amp has no CUDA kernels (build with "
-                 << "-DMXNET_AMP_CUDA=ON)";
-    return MX_FAIL;
+    return no_cuda(kOp);
 #endif
   }
   cpu_multi_tensor_unscale_check(kDefaultChunkSize, flag, sum_squares, refs.data(), n, p.inv_scale);
