@@ -23,8 +23,6 @@ from .policy import LP16, make_policy
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
            "ConversionSummary"]
 
-#: MXNet type codes for a variable's ``__dtype__`` attribute.
-_DTYPE_CODE = {"float32": "0", "float16": "2", "bfloat16": "12"}
 _FUSION_BACKEND = "MKLDNN"
 
 
@@ -398,7 +396,7 @@ def _cast_params_in_graph(gdict, param_names, target):
                 storage[node["name"]] = "float32"
             else:
                 alias.update({(c, 0): (vid, 0) for c in first})
-                node.setdefault("attrs", {})["__dtype__"] = _DTYPE_CODE[target]
+                node.setdefault("attrs", {})["__dtype__"] = graph.TYPE_CODES[target]
                 storage[node["name"]] = target
     if not alias:
         return gdict, storage

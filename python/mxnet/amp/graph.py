@@ -8,6 +8,7 @@ applied several times, say) is cast once; a cast of a cast looks through to the 
 """
 from collections import Counter
 from dataclasses import dataclass, field
+import functools
 import json
 
 import numpy as np
@@ -15,7 +16,8 @@ import numpy as np
 from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
-           "compact", "drop_rounding", "RewriteStats", "CAST_OPS"]
+           "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS",
+           "TYPE_CODES"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -44,6 +46,20 @@ def dtype_name(dtype):
     return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
 
 
+def with_var_dtypes(nodes, var_dtypes):
+    """Return ``nodes`` with the known dtypes of variables written into their ``__dtype__`` attribute.
+
+    Type inference reads dtypes from there; MXNet's ``infer_type`` keyword arguments silently drop bfloat16.
+    """
+    out = []
+    for node in nodes:
+        dtype = dtype_name(var_dtypes.get(node["name"])) if node["op"] == "null" else None
+        if dtype in TYPE_CODES:
+            node = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=TYPE_CODES[dtype]))
+        out.append(node)
+    return out
+
+
 def infer_entry_dtypes(graph, var_dtypes):
     """Return ``{(node_id, output_index): dtype name or None}`` for every entry some node or head reads.
 
@@ -53,11 +69,10 @@ def infer_entry_dtypes(graph, var_dtypes):
     import mxnet as mx
     wanted = sorted({tuple(e[:2]) for node in graph["nodes"] for e in node["inputs"]}
                     | {tuple(h[:2]) for h in graph["heads"]})
-    probe = dict(graph, heads=[[nid, idx, 0] for nid, idx in wanted])
+    probe = dict(graph, nodes=with_var_dtypes(graph["nodes"], var_dtypes),
+                 heads=[[nid, idx, 0] for nid, idx in wanted])
     try:
-        sym = mx.sym.load_json(json.dumps(probe))
-        known = {k: v for k, v in var_dtypes.items() if k in set(sym.list_inputs())}
-        _, out_types, _ = sym.infer_type_partial(**known)
+        _, out_types, _ = mx.sym.load_json(json.dumps(probe)).infer_type_partial()
     except mx.base.MXNetError:
         out_types = None
     if out_types is None:
@@ -167,6 +182,37 @@ class _Builder:
         return routed
 
 
+def lp_input_dtypes(node, target):
+    """Return the dtype each input of op ``node`` wants when the op runs in ``target`` (None: not known).
+
+    MXNet's type inference answers, given the first input (the data) in ``target``: most ops then want every
+    input in ``target``, but some keep parameters in float32: BatchNorm's gamma, beta and statistics, also
+    inside a oneDNN-fused ``conv + BatchNorm`` node, whose kernel reads them as float32.
+    """
+    key = json.dumps({k: node.get(k) for k in ("op", "attrs", "subgraphs")}, sort_keys=True)
+    return list(_input_dtypes(key, len(node["inputs"]), target))
+
+
+@functools.lru_cache(maxsize=4096)
+def _input_dtypes(key, count, target):
+    import mxnet as mx
+    if not count:
+        return ()
+    nodes = [{"op": "null", "name": "amp_in%d" % i, "inputs": []} for i in range(count)]
+    nodes[0]["attrs"] = {"__dtype__": TYPE_CODES[target]}
+    nodes.append(dict({k: v for k, v in json.loads(key).items() if v is not None}, name="amp_probe",
+                      inputs=[[i, 0, 0] for i in range(count)]))
+    probe = {"nodes": nodes, "arg_nodes": list(range(count)), "heads": [[count, 0, 0]],
+             "attrs": json.loads(mx.sym.var("amp_in0").tojson())["attrs"]}  # this MXNet's version
+    try:
+        sym = mx.sym.load_json(json.dumps(probe))
+        args, _, aux = sym.infer_type_partial()
+    except mx.base.MXNetError:
+        return (None,) * count
+    found = dict(zip(sym.list_arguments() + sym.list_auxiliary_states(), (args or []) + (aux or [])))
+    return tuple(dtype_name(found.get("amp_in%d" % i)) for i in range(count))
+
+
 def num_outputs(graph):
     """Number of outputs of every node of a symbol-JSON dict (from ``node_row_ptr``, else from its uses)."""
     ptr = graph.get("node_row_ptr")
@@ -200,10 +246,12 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
             build.stats.actions[action] += 1
         lp = action == LP16
         emulate = lp and policy.emulates(node["op"], device_type)
-        if emulate:
-            inputs = [build.round_trip(e, target) for e in inputs]
-        elif lp:
-            inputs = [build.cast(e, target) for e in inputs]
+        if lp:
+            wants = lp_input_dtypes(node, target)
+            low = build.round_trip if emulate else build.cast
+            inputs = [low(e, target) if want in (None, target) else
+                      build.cast(e, want) if want in _FLOAT_RANK else e
+                      for e, want in zip(inputs, wants)]
         elif action == FP32:
             inputs = [build.cast(e, "float32") for e in inputs]
         elif action == WIDEST:
@@ -331,6 +379,7 @@ def _record_shapes(sym, graph, var_shapes):
             node.setdefault("attrs", {})["__shape__"] = str(tuple(shape))
 
 
-# MXNet's type codes as stored in a variable's ``__dtype__`` attribute.
-_DTYPE_CODES = {"0": np.float32, "1": np.float64, "2": np.float16, "3": np.uint8, "4": np.int32,
-                "5": np.int8, "6": np.int64, "7": np.bool_, "12": mx_dtype("bfloat16")}
+#: MXNet's type code of each dtype name, as a variable's ``__dtype__`` attribute stores it.
+TYPE_CODES = {"float32": "0", "float64": "1", "float16": "2", "uint8": "3", "int32": "4", "int8": "5",
+              "int64": "6", "bool": "7", "bfloat16": "12"}
+_DTYPE_CODES = {code: mx_dtype(name) for name, code in TYPE_CODES.items()}

@@ -36,7 +36,6 @@ from . import graph
 __all__ = ["export_onnx", "BF16_MODES"]
 
 BF16_MODES = ("emulate", "float16", "float32", "bfloat16")
-_DTYPE_CODE = {"float32": "0", "float16": "2", "bfloat16": "12"}
 
 
 def _onnx_type(dtype):
@@ -324,8 +323,8 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
             attrs = node.get("attrs", {})
             if attrs.get("dtype") == "bfloat16":
                 attrs["dtype"] = mode
-            if node["op"] == "null" and attrs.get("__dtype__") == _DTYPE_CODE["bfloat16"]:
-                attrs["__dtype__"] = _DTYPE_CODE[mode]
+            if node["op"] == "null" and attrs.get("__dtype__") == graph.TYPE_CODES["bfloat16"]:
+                attrs["__dtype__"] = graph.TYPE_CODES[mode]
         params.update({n: params[n].astype("float32").astype(mode) for n in bf16})
         return gdict, params
     dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)

@@ -271,6 +271,57 @@ def test_native_graph_structure_and_param_dtypes_of_block(dtype):
     assert {got[k] for k in got if "batchnorm" in k} == {"float32"}
 
 
+def _resnet_graph():
+    from mxnet.gluon.model_zoo import vision
+    net = vision.resnet18_v1(classes=10)
+    net.initialize(mx.init.Xavier())
+    inputs, sym, params = C.block_graph(net, [mx.nd.ones((1, 3, 32, 32))])
+    assert [s.name for s in inputs] == ["data"]
+    rng = np.random.RandomState(5)
+    for name, arr in params.items():  # BatchNorm statistics that bfloat16 cannot hold exactly
+        if "batchnorm" in name:
+            arr[:] = rng.uniform(0.5, 1.5, arr.shape)
+    args = {k: v for k, v in params.items() if k in sym.list_arguments()}
+    aux = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
+    return sym, args, aux
+
+
+@pytest.mark.parametrize("dtype, fuse, lp16_ops", [("bfloat16", True, None), ("bfloat16", False, None),
+                                                   ("bfloat16", False, ["BatchNorm"]),
+                                                   ("float16", False, None)])
+def test_native_params_have_the_dtypes_type_inference_wants(dtype, fuse, lp16_ops):
+    # oneDNN fuses conv + BatchNorm (+ relu, + residual sum) for bfloat16; the fused kernel folds BatchNorm
+    # into the weights in float32, so gamma, beta and the statistics must arrive in float32 even though the
+    # fused node runs in bfloat16. The same holds for BatchNorm itself when forced to low precision.
+    sym, args, aux = _resnet_graph()
+    out = C.convert(sym, args, aux, dtype, target_dtype_ops=lp16_ops, cast_params_offline=True, emulate=False,
+                    fuse=fuse)
+    assert out.summary.fused == fuse and not out.summary.emulated
+    arg_types, _, aux_types = out.symbol.infer_type(data="float32")  # raises on a dtype conflict
+    wanted = dict(zip(out.symbol.list_arguments() + out.symbol.list_auxiliary_states(), arg_types + aux_types))
+    stored = {k: dtype_name(v.dtype) for k, v in dict(out.arg_params, **out.aux_params).items()}
+    assert stored == {k: dtype_name(wanted[k]) for k in stored}
+    assert {v for k, v in stored.items() if "batchnorm" in k} == {"float32"}
+    assert {v for k, v in stored.items() if "conv" in k or "dense" in k} == {dtype}
+    nodes = _nodes(out.symbol)
+    assert [n["name"] for n in nodes if n["op"] == "amp_cast"] == ["data_amp_cast_%s" % dtype]
+    if fuse:
+        assert sum(n["op"] == "_sg_mkldnn_conv" for n in nodes) == 20
+
+
+def test_emulated_fused_graph_leaves_batchnorm_parameters_unrounded():
+    sym, args, aux = _resnet_graph()
+    out = C.convert(sym, args, aux, "bfloat16", cast_params_offline=True, emulate=True)
+    assert out.summary.fused and out.summary.emulated
+    for name, arr in dict(args, **aux).items():
+        got = dict(out.arg_params, **out.aux_params)[name].asnumpy()
+        expected = arr.asnumpy() if "batchnorm" in name else bf16_round(arr.asnumpy())
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    nodes = _nodes(out.symbol)
+    rounded = {nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round"}
+    assert {name for name in rounded if name in set(out.symbol.list_inputs())} == {"data"}  # no parameter
+
+
 def test_excluded_names_and_fp32_ops_stay_float32():
     sym = _mlp_symbol()
     out = C.convert_symbol(sym, "bfloat16", excluded_sym_names=["fc2"], emulate=False, fuse=False)
