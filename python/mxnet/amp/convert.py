@@ -14,6 +14,7 @@ graphs, so both follow one set of lists. Conversion adds three things on top:
 """
 from dataclasses import dataclass
 import json
+import warnings
 
 import numpy as np
 
@@ -165,6 +166,14 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
     emulated = any(policy.emulates(n["op"], device_type) for n in json.loads(sym.tojson())["nodes"]
                    if n["op"] != "null" and policy.action(n["op"], n.get("attrs"), n["name"]) == LP16)
+    if emulated and emulate is None:
+        warnings.warn(
+            "convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet "
+            "1.9.1 has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the "
+            "detection), so the converted model emulates them: float32 kernels on values rounded to %s. It "
+            "computes %s numerics but runs slower than float32. Pass emulate=False to build the native graph "
+            "for a machine that has the kernels, or emulate=True to silence this warning."
+            % ((policy.target_dtype, device_type.upper()) + (policy.target_dtype,) * 2), stacklevel=3)
     summary = ConversionSummary(
         policy.target_dtype, device_type, fuse, emulated,
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),

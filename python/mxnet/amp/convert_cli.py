@@ -8,6 +8,7 @@ written; outputs are written to temporary files and renamed at the end, so a fai
 import os
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -102,11 +103,16 @@ def run(args, out=sys.stdout):
     _check_request(args, sym, dict(arg_params, **aux_params), inputs, shapes)
     options = dict(cast_params_offline=not args.keep_param_dtype,
                    emulate={"auto": None, "yes": True, "no": False}[args.emulate])
-    result = convert(sym, arg_params, aux_params, dtype, fuse=False if args.no_fuse else None, **options)
-    # ONNX has no oneDNN fused ops: export an unfused conversion.
-    for_onnx = convert(sym, arg_params, aux_params, dtype, fuse=False, **options) \
-        if args.onnx and result.summary.fused else result
+    with warnings.catch_warnings(record=True) as notes:  # the emulation warning, printed once as a note
+        warnings.simplefilter("always")
+        result = convert(sym, arg_params, aux_params, dtype, fuse=False if args.no_fuse else None, **options)
+        # ONNX has no oneDNN fused ops: export an unfused conversion.
+        for_onnx = convert(sym, arg_params, aux_params, dtype, fuse=False, **options) \
+            if args.onnx and result.summary.fused else result
     print(result.summary.format(), file=out)
+    for note in sorted({str(n.message).replace("convert: ", "", 1) for n in notes}):
+        print("note:             %s" % note.replace("emulate=False", "--emulate no")
+              .replace("emulate=True", "--emulate yes"), file=out)
     _print_deviation((sym, arg_params, aux_params), result, dict(zip(inputs, shapes)), out)
     _save_all(result, for_onnx, args.out, args.onnx, shapes)
     print("saved:            %s-symbol.json, %s-0000.params%s"

@@ -200,10 +200,12 @@ def _inference(config, net, data, ctx):
     from . import convert as amp_convert, onnx as amp_onnx
     x_test, y_test = data[2], data[3]
     example = mx.nd.array(x_test[:config.batch_size], ctx=ctx)
-    low = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True)
+    with warnings.catch_warnings():  # emulation, if any, was announced in the demo's first line
+        warnings.filterwarnings("ignore", message="convert: MXNet has no")
+        low = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True)
+        exportable = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True,
+                                                      fuse=False)
     result = {"accuracy": _accuracy(low, x_test, y_test, config.batch_size, ctx), "bytes": _param_bytes(low)}
-    exportable = amp_convert.convert_hybrid_block(net, example, config.dtype, cast_params_offline=True,
-                                                  fuse=False)
     path = amp_onnx.export_onnx(exportable, None, [(len(x_test),) + x_test.shape[1:]],
                                 os.path.join(config.out_dir, "model.onnx"))
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -221,7 +223,7 @@ def run_demo(config, out=sys.stdout):
     Returns the two histories and the inference results."""
     import os
     from . import report
-    from .policy import make_policy
+    from .policy import make_policy, native_support
 
     import mxnet as mx
     ctx = mx.gpu() if mx.context.num_gpus() > 0 else mx.cpu()
@@ -231,8 +233,10 @@ def run_demo(config, out=sys.stdout):
     def log(line):
         print(line, file=out, flush=True)
     data = load_digits_split(config.seed)
-    log("digits: %d train / %d test images, %d epochs, batch %d, AMP dtype %s on %s"
-        % (len(data[0]), len(data[2]), config.epochs, config.batch_size, config.dtype, ctx))
+    log("digits: %d train / %d test images, %d epochs, batch %d, AMP dtype %s on %s%s"
+        % (len(data[0]), len(data[2]), config.epochs, config.batch_size, config.dtype, ctx,
+           "" if native_support(config.dtype, ctx.device_type) else
+           " (emulated: MXNet has no %s kernels here; float32 kernels on rounded values)" % config.dtype))
     fp32 = train(config, False, data, log, ctx)
     amp = train(config, True, data, log, ctx)
     os.makedirs(config.out_dir, exist_ok=True)

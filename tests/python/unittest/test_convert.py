@@ -4,6 +4,7 @@ float16 numerics need a GPU (MXNet's CPU float16 kernels are incomplete): see te
 bfloat16 runs emulated on CPUs without AVX-512 (float32 kernels, values rounded to bfloat16).
 """
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -320,6 +321,22 @@ def test_emulated_fused_graph_leaves_batchnorm_parameters_unrounded():
     nodes = _nodes(out.symbol)
     rounded = {nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round"}
     assert {name for name in rounded if name in set(out.symbol.list_inputs())} == {"data"}  # no parameter
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_emulation_is_announced_unless_asked_for(dtype, monkeypatch):
+    sym = _mlp_symbol()
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
+    with pytest.warns(UserWarning, match="no %s kernels on this CPU.*emulate=False" % dtype):
+        assert C.convert(sym, None, None, dtype, fuse=False).summary.emulated
+    for emulate in (True, False):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert C.convert(sym, None, None, dtype, fuse=False, emulate=emulate).summary.emulated == emulate
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on a CPU with AVX-512; float16 has no CPU kernels at all
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if dtype == "bfloat16" else "ignore")
+        assert C.convert(sym, None, None, dtype, fuse=False).summary.emulated == (dtype == "float16")
 
 
 def test_excluded_names_and_fp32_ops_stay_float32():

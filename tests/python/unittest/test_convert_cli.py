@@ -59,13 +59,17 @@ def test_convert_saves_model_and_prints_summary(saved_net, tmp_path, dtype):
     dev = [line for line in text.splitlines() if line.startswith("deviation:")][0]
     rel = float(dev.split("max rel ")[1].split()[0])
     assert rel < (0.05 if dtype == "bfloat16" else 0.01)
+    # Emulation (no kernels on this CPU) is said once, with the CLI's own option names.
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == (0 if native_support(dtype, "cpu") else 1)
+    assert all("--emulate no" in n and "emulate=" not in n for n in notes)
 
 
 def test_native_graph_for_another_machine_is_saved_not_run(saved_net, tmp_path):
     out = str(tmp_path / "native")
     code, text = _run(*_args(saved_net, out, "--dtype", "bfloat16", "--emulate", "no", "--no-fuse",
                              "--input-shape", "2,3,8,8"))
-    assert code == 0 and "native bfloat16 kernels" in text
+    assert code == 0 and "native bfloat16 kernels" in text and "note:" not in text
     if not native_support("bfloat16", "cpu"):
         assert "not measured" in text
     _, args, _ = mx.model.load_checkpoint(out, 0)
