@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from . import graph
-from .policy import make_policy
+from .policy import LP16, make_policy
 
 __all__ = ["Finding", "Report", "diagnose", "diagnose_block", "add_arguments", "run"]
 
@@ -124,6 +124,9 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     for node in nodes:
         name, fp32 = node["name"], ref.get(node["name"])
         lp = got.get("%s_amp_round_%s" % (name, policy.target_dtype), got.get(name))
+        if lp is not None and node["op"] != "null" and \
+                policy.action(node["op"], node.get("attrs"), name) == LP16:  # its rounding may come later
+            lp = mx.nd.amp_round(mx.nd.array(lp), dtype=policy.target_dtype).asnumpy()
         if fp32 is None or lp is None or not np.isfinite(fp32).all():
             continue
         kind = "overflow" if not np.isfinite(lp).all() else (

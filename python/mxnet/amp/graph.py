@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 
+from . import lists
 from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
@@ -234,6 +235,11 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
     build = _Builder(n["name"] for n in graph["nodes"])
     target = policy.target_dtype
     remap = {}
+    unrounded = set()  # outputs of emulated ops not rounded yet: rounded where read, unless deferred further
+
+    def settle(entry):
+        return build.round_trip(entry, target) if entry in unrounded else entry
+
     for old_id, node in enumerate(graph["nodes"]):
         inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
         new = {k: v for k, v in node.items() if k != "inputs"}
@@ -244,6 +250,11 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
             build.stats.actions[action] += 1
+        # Rounding after an op that commutes with it gives the same values, often cheaper (lists.rounding).
+        defer = (action == NEUTRAL and inputs and unrounded.issuperset(inputs)
+                 and lists.commutes_with_rounding(node["op"], node.get("attrs")))
+        if not defer:
+            inputs = [settle(e) for e in inputs]
         lp = action == LP16
         emulate = lp and policy.emulates(node["op"], device_type)
         if lp:
@@ -266,9 +277,9 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
         new_id = build.add(new, counts[old_id], out_dtypes)
         for i in range(counts[old_id]):
             remap[(old_id, i)] = (new_id, i)
-            if emulate:
-                remap[(old_id, i)] = build.round_trip((new_id, i), target)
-    heads = [remap[(nid, idx)] for nid, idx, _ in graph["heads"]]
+            if emulate or defer:
+                unrounded.add((new_id, i))
+    heads = [settle(remap[(nid, idx)]) for nid, idx, _ in graph["heads"]]
     out = assemble(graph, build.nodes, build.num_outputs, heads)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
 

@@ -324,6 +324,37 @@ def test_emulated_fused_graph_leaves_batchnorm_parameters_unrounded():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_emulation_rounds_after_ops_that_commute_with_rounding(dtype):
+    # conv -> relu -> max pool -> flatten -> fc: rounding the conv's output after the max pooling gives the same
+    # values as rounding it right away (pooled tensors are smaller; on CPU the oneDNN layout stays unbroken).
+    x = mx.sym.var("data")
+    y = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), name="conv")
+    y = mx.sym.Activation(y, act_type="relu", name="act")
+    y = mx.sym.Pooling(y, kernel=(2, 2), stride=(2, 2), name="pool")  # pool_type defaults to max
+    y = mx.sym.Flatten(y, name="flat")
+    sym = mx.sym.FullyConnected(y, num_hidden=3, name="fc")
+    args, aux = _params(sym, data=(2, 3, 9, 9))
+    out = C.convert(sym, args, aux, dtype, emulate=True, fuse=False)
+    nodes = _nodes(out.symbol)
+    rounded = [nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round"]
+    assert sorted(rounded) == sorted(["data", "conv_weight", "conv_bias", "flat", "fc_weight", "fc_bias", "fc"])
+    # Bit-identical to rounding every emulated op's output where it is made.
+    r = {name: mx.sym.amp_round(mx.sym.var(name), dtype=dtype) for name in sym.list_inputs()}
+    eager = mx.sym.amp_round(mx.sym.Convolution(r["data"], r["conv_weight"], r["conv_bias"], num_filter=4,
+                                                kernel=(3, 3)), dtype=dtype)
+    eager = mx.sym.Flatten(mx.sym.Pooling(mx.sym.Activation(eager, act_type="relu"), kernel=(2, 2), stride=(2, 2)))
+    eager = mx.sym.amp_round(mx.sym.FullyConnected(mx.sym.amp_round(eager, dtype=dtype), r["fc_weight"],
+                                                   r["fc_bias"], num_hidden=3), dtype=dtype)
+    x = np.random.RandomState(6).uniform(-1, 1, (2, 3, 9, 9)).astype(np.float32)
+    np.testing.assert_array_equal(_forward(out.symbol, args, aux, data=x)[0], _forward(eager, args, aux, data=x)[0])
+    # An average pooling does not commute: the conv output is rounded before it.
+    conv = mx.sym.Convolution(mx.sym.var("data"), num_filter=4, kernel=(3, 3), name="conv")
+    avg = C.convert_symbol(mx.sym.Pooling(conv, kernel=(2, 2), pool_type="avg"), dtype, emulate=True, fuse=False)
+    nodes = _nodes(avg)
+    assert "conv" in [nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_emulation_is_announced_unless_asked_for(dtype, monkeypatch):
     sym = _mlp_symbol()
     monkeypatch.setenv("MXNET_AMP_EMULATE", "1")

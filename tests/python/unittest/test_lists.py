@@ -313,3 +313,36 @@ def test_bf16_ops_without_native_kernels_are_routed_to_onednn():
         # "ok" on AVX-512 CPUs; elsewhere oneDNN is reached but cannot create the bf16 primitive
         assert rows[op]["bfloat16"] == "ok:bfloat16" or rows[op]["bfloat16"].startswith("onednn:"), rows[op]
         assert lists.category(op, "bfloat16") in ("lp16", "neutral", "conditional_fp32")
+
+
+#: How to call each op of lists.rounding on a (2, 3, 4, 4) input, and the attribute of its condition, if any.
+_COMMUTING_CALLS = {
+    "Flatten": {}, "Reshape": {"shape": (2, -1)}, "SwapAxis": {"dim1": 1, "dim2": 3}, "expand_dims": {"axis": 1},
+    "relu": {}, "squeeze": {}, "transpose": {"axes": (0, 2, 3, 1)}, "_np_reshape": {"newshape": (6, 16)},
+    "_np_squeeze": {}, "_np_transpose": {"axes": (3, 2, 1, 0)}, "_npi_expand_dims": {"axis": 0},
+    "_npx_relu": {}, "_npx_reshape": {"newshape": (-2, -1)},
+    "Activation": {"act_type": "relu"}, "Pooling": {"kernel": (2, 2), "stride": (2, 2)},
+    "_npx_activation": {"act_type": "relu"}, "_npx_pooling": {"kernel": (3, 3), "pad": (1, 1)},
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ops_said_to_commute_with_rounding_do(dtype):
+    from amp_testing import lp_round
+    names = list(lists.rounding.ALWAYS) + [entry[0] for entry in lists.rounding.WHEN]
+    assert sorted(names) == sorted(_COMMUTING_CALLS)
+    assert set(names) <= registered_forward_ops()
+    x = lp_round(np.random.RandomState(7).normal(0, 3, (2, 3, 4, 4)).astype(np.float32), dtype)
+    version = json.loads(mx.sym.var("x").tojson())["attrs"]
+    for name, kwargs in _COMMUTING_CALLS.items():
+        attrs = {k: str(v) for k, v in kwargs.items()}
+        graph = {"nodes": [{"op": "null", "name": "x", "inputs": []},
+                           {"op": name, "name": "op", "attrs": attrs, "inputs": [[0, 0, 0]]}],
+                 "arg_nodes": [0], "heads": [[1, 0, 0]], "attrs": version}
+        exe = mx.sym.load_json(json.dumps(graph)).bind(mx.cpu(), {"x": mx.nd.array(x)}, grad_req="null")
+        y = exe.forward()[0].asnumpy()
+        np.testing.assert_array_equal(y, lp_round(y, dtype), err_msg=name)  # rounded inputs, rounded outputs
+        assert lists.commutes_with_rounding(name, attrs), name
+    assert not lists.commutes_with_rounding("Pooling", {"pool_type": "avg"})
+    assert not lists.commutes_with_rounding("Activation", {"act_type": "sigmoid"})
+    assert not lists.commutes_with_rounding("Dropout")

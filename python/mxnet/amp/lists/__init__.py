@@ -1,7 +1,8 @@
 """Operator categories for AMP: which dtype every MXNet operator runs in, per target dtype.
 
 The data live in plain modules: the operator groups in :mod:`.groups`, and per target dtype (:mod:`.float16`,
-:mod:`.bfloat16`) which category each group lands in and why; this module
+:mod:`.bfloat16`) which category each group lands in and why, and the ops emulation may round after in
+:mod:`.rounding`; this module
 validates dtypes and op names, builds cached lookup tables from the data and answers the public queries
 (``list_lp16_ops`` and friends, re-exported as ``mxnet.amp.list_*``).
 
@@ -33,8 +34,11 @@ from types import MappingProxyType
 
 import numpy as np
 
+from . import rounding
+
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
+           "commutes_with_rounding",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions"]
 
@@ -267,6 +271,20 @@ def conditional_fp32(dtype):
     neutral. Attribute values compare as the strings MXNet stores in node attributes.
     """
     return _table(dtype).conditions
+
+
+def commutes_with_rounding(op, attrs=None):
+    """Whether ``op`` with symbol-JSON ``attrs`` commutes with rounding to a low precision dtype.
+
+    Such an op turns rounded inputs into rounded outputs, equal to its rounded float32 output (it moves,
+    selects or takes the maximum of values; see :mod:`.rounding`).
+    """
+    if op in rounding.ALWAYS:
+        return True
+    for name, attr, values, default in rounding.WHEN:
+        if op == name:
+            return (attrs or {}).get(attr, default) in values
+    return False
 
 
 def native_lp16_ops(dtype, device_type):
