@@ -150,7 +150,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate)
     params = dict(arg_params, **aux_params)
     var_dtypes = {name: arr.dtype for name, arr in params.items()}
-    new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes)
+    new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes, inference=True)
     gdict = json.loads(new_sym.tojson(remove_amp_cast=False))
     params_cast = {}
     if cast_params_offline:
@@ -164,22 +164,45 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     cast = {k: v for k, v in params_cast.items() if v is not None}
     new_args = {k: cast.get(k, v) for k, v in arg_params.items()}
     new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
-    emulated = any(policy.emulates(n["op"], device_type) for n in json.loads(sym.tojson())["nodes"]
-                   if n["op"] != "null" and policy.action(n["op"], n.get("attrs"), n["name"]) == LP16)
-    if emulated and emulate is None:
-        warnings.warn(
-            "convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet "
-            "1.9.1 has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the "
-            "detection), so the converted model emulates them: float32 kernels on values rounded to %s. It "
-            "computes %s numerics but runs slower than float32. Pass emulate=False to build the native graph "
-            "for a machine that has the kernels, or emulate=True to silence this warning."
-            % ((policy.target_dtype, device_type.upper()) + (policy.target_dtype,) * 2), stacklevel=3)
+    emulated_ops = sorted({n["op"] for n in json.loads(sym.tojson())["nodes"] if n["op"] != "null"
+                           and policy.action(n["op"], n.get("attrs"), n["name"]) == LP16
+                           and policy.emulates(n["op"], device_type)})
+    if emulated_ops and emulate is None:
+        warnings.warn(_emulation_warning(policy.target_dtype, device_type, emulated_ops),
+                      stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
-        policy.target_dtype, device_type, fuse, emulated,
+        policy.target_dtype, device_type, fuse, bool(emulated_ops),
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
         sum(n["op"] == "amp_multicast" for n in gdict["nodes"]), tuple(sorted(stats.actions.items())),
         len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
     return Conversion(out_sym, new_args, new_aux, summary)
+
+
+def _emulation_warning(dtype, device_type, ops):
+    """The text of the warning that a converted model emulates ``ops``."""
+    from .policy import native_support
+    how = "float32 kernels on values rounded to %s: %s numerics, slower than float32" % (dtype, dtype)
+    if not native_support(dtype, device_type):
+        return ("convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet "
+                "1.9.1 has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the "
+                "detection), so the converted model emulates its low precision ops: %s. Pass emulate=False to "
+                "build the native graph for a machine that has the kernels, or emulate=True to silence this "
+                "warning." % (dtype, device_type.upper(), how))
+    return ("convert: MXNet 1.9.1 has no %s %s kernel for %s, so the converted model emulates %s: %s. Add %s "
+            "to fp32_ops to run %s in plain float32." % (
+                device_type.upper(), dtype, ", ".join(ops), "it" if len(ops) == 1 else "them", how,
+                "it" if len(ops) == 1 else "them", "it" if len(ops) == 1 else "them"))
+
+
+def _stacklevel_outside_package():
+    """``stacklevel`` that points a warning at the first caller outside ``mxnet.amp``."""
+    import os
+    import sys
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,

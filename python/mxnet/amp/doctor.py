@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from . import graph
+from . import graph, lists
 from .policy import LP16, make_policy
 
 __all__ = ["Finding", "Report", "diagnose", "diagnose_block", "add_arguments", "run"]
@@ -121,12 +121,17 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     report = Report(policy.target_dtype, loss_scale=scale)
     nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
     broken = set()  # nodes whose low precision output is already off: their consumers are not causes
+    low_valued = set()  # nodes whose output a low precision run holds in the target dtype
     for node in nodes:
         name, fp32 = node["name"], ref.get(node["name"])
         lp = got.get("%s_amp_round_%s" % (name, policy.target_dtype), got.get(name))
-        if lp is not None and node["op"] != "null" and \
-                policy.action(node["op"], node.get("attrs"), name) == LP16:  # its rounding may come later
-            lp = mx.nd.amp_round(mx.nd.array(lp), dtype=policy.target_dtype).asnumpy()
+        if node["op"] != "null" and (
+                policy.action(node["op"], node.get("attrs"), name) == LP16 or
+                (node["inputs"] and all(nodes[i[0]]["name"] in low_valued for i in node["inputs"])
+                 and lists.commutes_with_rounding(node["op"], node.get("attrs")))):
+            low_valued.add(name)
+            if lp is not None:  # the rewrite may round it later (after ops that commute with rounding)
+                lp = mx.nd.amp_round(mx.nd.array(lp), dtype=policy.target_dtype).asnumpy()
         if fp32 is None or lp is None or not np.isfinite(fp32).all():
             continue
         kind = "overflow" if not np.isfinite(lp).all() else (

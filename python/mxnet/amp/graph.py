@@ -228,10 +228,12 @@ def num_outputs(graph):
     return counts
 
 
-def rewrite_graph(graph, policy, device_type, var_dtypes):
+def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
     """Rewrite a symbol-JSON dict; return ``(new_graph_dict, RewriteStats)``. See :func:`rewrite_symbol`."""
     old_dtypes = infer_entry_dtypes(graph, var_dtypes)
     counts = num_outputs(graph)
+    uses = Counter((nid, idx) for node in graph["nodes"] for nid, idx, _ in node["inputs"])
+    uses.update((nid, idx) for nid, idx, _ in graph["heads"])
     build = _Builder(n["name"] for n in graph["nodes"])
     target = policy.target_dtype
     remap = {}
@@ -250,9 +252,11 @@ def rewrite_graph(graph, policy, device_type, var_dtypes):
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
             build.stats.actions[action] += 1
-        # Rounding after an op that commutes with it gives the same values, often cheaper (lists.rounding).
+        # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
+        # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.
         defer = (action == NEUTRAL and inputs and unrounded.issuperset(inputs)
-                 and lists.commutes_with_rounding(node["op"], node.get("attrs")))
+                 and all(uses[(nid, idx)] == 1 for nid, idx, _ in node["inputs"])
+                 and lists.commutes_with_rounding(node["op"], node.get("attrs"), gradient=not inference))
         if not defer:
             inputs = [settle(e) for e in inputs]
         lp = action == LP16
@@ -337,7 +341,7 @@ def _drop_noop_casts(graph, var_dtypes, stats):
     return compact(graph, {nid for nid, _ in alias}, alias) if alias else graph
 
 
-def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=None):
+def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=None, inference=False):
     """Insert AMP casts into a symbol according to ``policy``.
 
     Parameters
@@ -356,6 +360,9 @@ def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=N
         Known shapes of some inputs (e.g. the data). Shapes inferred from them on the original graph are
         recorded on every variable (``__shape__``): ops of the C++ library cannot infer their input shapes
         backwards, so parameters awaiting deferred initialisation would otherwise stay unknown.
+    inference : bool
+        The graph only runs forward: emulation may also round after ops whose gradient does not commute with
+        rounding (max pooling, ReLU; see :mod:`mxnet.amp.lists.rounding`).
 
     Returns
     -------
@@ -373,7 +380,7 @@ def rewrite_symbol(sym, policy, device_type="cpu", var_dtypes=None, var_shapes=N
         dtypes[name] = dtype
     if var_shapes:
         _record_shapes(sym, graph, var_shapes)
-    new_graph, stats = rewrite_graph(graph, policy, device_type, dtypes)
+    new_graph, stats = rewrite_graph(graph, policy, device_type, dtypes, inference)
     out = mx.sym.load_json(json.dumps(new_graph))
     if isinstance(sym, mx.sym.np._Symbol):
         out = out.as_np_ndarray()

@@ -78,3 +78,15 @@ def test_cli_report_and_errors(tmp_path):
         bad = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=300)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]
         assert bad.returncode == 2 and len(lines) == 1 and message in lines[0], bad.stderr
+
+
+def test_ops_after_the_overflow_that_commute_with_rounding_are_not_causes():
+    # big overflows float16; relu and reshape only pass its values on (the rewrite rounds after them).
+    data = mx.sym.var("data")
+    h = mx.sym.reshape(mx.sym.Activation(mx.sym.FullyConnected(data, num_hidden=16, name="big"), act_type="relu",
+                                         name="act"), shape=(0, -1), name="resh")
+    sym = mx.sym.FullyConnected(h, num_hidden=4, name="head")
+    _, args, batch = _model(weight_scale=8000.0)
+    report = diagnose(sym, args, {}, batch, "float16")
+    assert [(f.node, f.kind) for f in report.findings] == [("big", "overflow")]
+    assert report.advice()[0] == "add these ops to fp32_ops: amp.init('float16', fp32_ops=['FullyConnected'])"

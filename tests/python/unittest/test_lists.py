@@ -329,7 +329,8 @@ _COMMUTING_CALLS = {
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ops_said_to_commute_with_rounding_do(dtype):
     from amp_testing import lp_round
-    names = list(lists.rounding.ALWAYS) + [entry[0] for entry in lists.rounding.WHEN]
+    moves = set(lists.rounding.MOVES)
+    names = list(moves) + list(lists.rounding.SELECTS) + [entry[0] for entry in lists.rounding.SELECTS_WHEN]
     assert sorted(names) == sorted(_COMMUTING_CALLS)
     assert set(names) <= registered_forward_ops()
     x = lp_round(np.random.RandomState(7).normal(0, 3, (2, 3, 4, 4)).astype(np.float32), dtype)
@@ -343,6 +344,7 @@ def test_ops_said_to_commute_with_rounding_do(dtype):
         y = exe.forward()[0].asnumpy()
         np.testing.assert_array_equal(y, lp_round(y, dtype), err_msg=name)  # rounded inputs, rounded outputs
         assert lists.commutes_with_rounding(name, attrs), name
+        assert lists.commutes_with_rounding(name, attrs, gradient=True) == (name in moves), name
     assert not lists.commutes_with_rounding("Pooling", {"pool_type": "avg"})
     assert not lists.commutes_with_rounding("Activation", {"act_type": "sigmoid"})
     assert not lists.commutes_with_rounding("Dropout")

@@ -273,15 +273,20 @@ def conditional_fp32(dtype):
     return _table(dtype).conditions
 
 
-def commutes_with_rounding(op, attrs=None):
+def commutes_with_rounding(op, attrs=None, gradient=False):
     """Whether ``op`` with symbol-JSON ``attrs`` commutes with rounding to a low precision dtype.
 
-    Such an op turns rounded inputs into rounded outputs, equal to its rounded float32 output (it moves,
-    selects or takes the maximum of values; see :mod:`.rounding`).
+    Such an op turns rounded inputs into rounded outputs, equal to its rounded float32 output: it moves,
+    selects or takes the maximum of values (see :mod:`.rounding`). With ``gradient=True``, only ops whose
+    gradient commutes with rounding too (those that move values).
     """
-    if op in rounding.ALWAYS:
+    if op in rounding.MOVES:
         return True
-    for name, attr, values, default in rounding.WHEN:
+    if gradient:
+        return False
+    if op in rounding.SELECTS:
+        return True
+    for name, attr, values, default in rounding.SELECTS_WHEN:
         if op == name:
             return (attrs or {}).get(attr, default) in values
     return False

@@ -9,15 +9,19 @@ smaller, and on CPU a oneDNN convolution feeding a pooling keeps its fast memory
 Plain data; :func:`mxnet.amp.lists.commutes_with_rounding` answers the query.
 """
 
-#: Operators that always commute with rounding.
-ALWAYS = (
-    "Flatten", "Reshape", "SwapAxis", "expand_dims", "relu", "squeeze", "transpose",
-    "_np_reshape", "_np_squeeze", "_np_transpose", "_npi_expand_dims", "_npx_relu", "_npx_reshape",
+#: Operators that only move values: their gradient commutes with rounding too (training graphs may defer).
+MOVES = (
+    "Flatten", "Reshape", "SwapAxis", "expand_dims", "squeeze", "transpose",
+    "_np_reshape", "_np_squeeze", "_np_transpose", "_npi_expand_dims", "_npx_reshape",
 )
 
-#: ``(operator, attribute, values, default)``: commutes when the attribute (``default`` when absent) is one
-#: of the values. Max pooling is monotone; ReLU is ``max(x, 0)``.
-WHEN = (
+#: Operators that select values: their output commutes with rounding, their gradient does not (which input
+#: a max pooling's gradient goes to depends on ties that rounding creates). Inference graphs only.
+SELECTS = ("relu", "_npx_relu")
+
+#: ``(operator, attribute, values, default)``: selects values when the attribute (``default`` when absent) is
+#: one of the values. Max pooling is monotone; ReLU is ``max(x, 0)``.
+SELECTS_WHEN = (
     ("Activation", "act_type", ("relu",), None),
     ("Pooling", "pool_type", ("max",), "max"),
     ("_npx_activation", "act_type", ("relu",), None),
