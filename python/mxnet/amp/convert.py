@@ -188,10 +188,10 @@ def _emulation_warning(dtype, device_type, ops):
                 "detection), so the converted model emulates its low precision ops: %s. Pass emulate=False to "
                 "build the native graph for a machine that has the kernels, or emulate=True to silence this "
                 "warning." % (dtype, device_type.upper(), how))
+    them = "it" if len(ops) == 1 else "them"
     return ("convert: MXNet 1.9.1 has no %s %s kernel for %s, so the converted model emulates %s: %s. Add %s "
-            "to fp32_ops to run %s in plain float32." % (
-                device_type.upper(), dtype, ", ".join(ops), "it" if len(ops) == 1 else "them", how,
-                "it" if len(ops) == 1 else "them", "it" if len(ops) == 1 else "them"))
+            "to fp32_ops to run %s in plain float32." % (device_type.upper(), dtype, ", ".join(ops), them, how,
+                                                         them, them))
 
 
 def _stacklevel_outside_package():
