@@ -153,8 +153,8 @@ def _check_conditional(entries):
             raise TypeError("conditional_fp32_ops values for %r must be a list of strings, got %r" % (op, values))
         out.append((op, str(attr), tuple(values)))
     _check_ops([e[0] for e in out], "conditional_fp32_ops")
+    import mxnet as mx
     for op, attr, _ in out:
-        import mxnet as mx
         names = mx.operator.get_operator_arguments(op).names
         if attr not in names:
             close = difflib.get_close_matches(attr, names, n=1)
