@@ -1,4 +1,4 @@
-"""Probe which MXNet operator kernels accept bfloat16 / float16 inputs on this machine.
+"""Probe which MXNet operator kernels accept bfloat16 / float16 inputs, or compute bfloat16 right, here.
 
 Every forward operator (one name per alias group) is invoked imperatively on small
 inputs three times: in float32, float16 and bfloat16.  An op "supports" a dtype
@@ -16,292 +16,27 @@ Some oneDNN bf16 kernels crash instead of failing on such CPUs (``transpose``),
 hence the child processes.  The results feed the op lists in
 ``python/mxnet/amp/lists``.
 
+``--values`` (for CPUs with AVX-512, where oneDNN runs bfloat16) checks values instead: every op the bfloat16
+lists feed bfloat16 natively (dtype-neutral, widest-type, native low precision and conditional ops) runs with
+oneDNN on, on bfloat16 inputs, for several shapes and ranks (``VALUE_CASES``) and with positive and signed
+inputs, and is compared with its float32 kernel on the same bfloat16-rounded values. An op whose relative
+deviation ``max|y - y_fp32| / max|y_fp32|`` exceeds ``VALUE_TOLERANCE`` is a ``mismatch``; one that kills
+its child process is a ``crash``, one that stops answering a ``hang``. The result is the evidence file that
+``python/mxnet/amp/lists/native_bf16_cpu.json`` holds and the lists are tested against.
+
 Usage::
 
+    python tools/probe_bf16.py --values --out python/mxnet/amp/lists/native_bf16_cpu.json   # AVX-512 only
     python tools/probe_bf16.py --out probe.json          # all ops, one row per alias group
     python tools/probe_bf16.py --ops exp,take,Pooling    # a few, printed as a table
     python tools/probe_bf16.py --ops exp,take --json     # a few, JSON on stdout
     python tools/probe_bf16.py --mkldnn                  # probe with oneDNN on
 """
 import argparse
-import collections
-import ctypes
 import json
 import os
-import subprocess
-import sys
 
-DTYPES = ("float32", "float16", "bfloat16")
-_BF16 = [("bfloat16", "<u2")]  # numpy spelling of MXNet's bfloat16 dtype
-
-_NCHW = (2, 3, 4, 4)
-
-
-def _f32(shape):
-    """Mark an input that stays float32 whatever the probed dtype (e.g. BatchNorm's gamma)."""
-    return ("float32", shape)
-
-
-def _i32(shape):
-    """Mark an integer input (indices) that keeps its dtype whatever the probed dtype."""
-    return ("int32", shape)
-
-
-_BN = [_NCHW, _f32((3,)), _f32((3,)), _f32((3,)), _f32((3,))]
-
-# Ops that need specific shapes or attributes: name -> (inputs, attrs), or None to skip (fused
-# subgraph ops). An input is a shape (created in the probed dtype) or (dtype, shape) to pin its dtype.
-# Every other op gets one (2, 3, 4, 4) input per NDArray argument and no attrs.
-SPECS = {
-    "Activation": ([_NCHW], {"act_type": "relu"}),
-    "BatchNorm": (_BN, {}),
-    "BatchNorm_v1": (_BN, {}),
-    "_contrib_BatchNormWithReLU": (_BN, {}),
-    "_contrib_SyncBatchNorm": (_BN, {"key": "probe"}),
-    "Concat": ([_NCHW, _NCHW], {"num_args": 2}),
-    "Convolution": ([_NCHW, (4, 3, 3, 3), (4,)], {"kernel": (3, 3), "num_filter": 4}),
-    "Convolution_v1": ([_NCHW, (4, 3, 3, 3), (4,)], {"kernel": (3, 3), "num_filter": 4}),
-    "Embedding": ([(2, 3), (10, 4)], {"input_dim": 10, "output_dim": 4}),
-    "_contrib_SparseEmbedding": ([(2, 3), (10, 4)], {"input_dim": 10, "output_dim": 4}),
-    "FullyConnected": ([(2, 3), (4, 3), (4,)], {"num_hidden": 4}),
-    "GroupNorm": ([_NCHW, (1,), (1,)], {}),
-    "InstanceNorm": ([_NCHW, (3,), (3,)], {}),
-    "LayerNorm": ([_NCHW, (4,), (4,)], {}),
-    "LRN": ([_NCHW], {"nsize": 3}),
-    "Pad": ([_NCHW], {"mode": "constant", "pad_width": (0, 0, 0, 0, 1, 1, 1, 1)}),
-    "Pooling": ([_NCHW], {"kernel": (2, 2), "pool_type": "max"}),
-    "Pooling_v1": ([_NCHW], {"kernel": (2, 2), "pool_type": "max"}),
-    "RNN": ([(3, 2, 4), (160,), (1, 2, 4), (1, 2, 4)],
-            {"state_size": 4, "num_layers": 1, "mode": "lstm", "state_outputs": False}),
-    "SliceChannel": ([_NCHW], {"num_outputs": 3}),
-    "UpSampling": ([_NCHW], {"scale": 2, "sample_type": "nearest", "num_args": 1}),
-    "SequenceMask": ([(3, 2, 4), (2,)], {"use_sequence_length": True}),
-    "SequenceLast": ([(3, 2, 4), (2,)], {"use_sequence_length": True}),
-    "SequenceReverse": ([(3, 2, 4), (2,)], {"use_sequence_length": True}),
-    "Softmax": ([(2, 3), (2,)], {}),
-    "SVMOutput": ([(2, 3), (2,)], {}),
-    "LinearRegressionOutput": ([(2, 3), (2, 3)], {}),
-    "LogisticRegressionOutput": ([(2, 3), (2, 3)], {}),
-    "MAERegressionOutput": ([(2, 3), (2, 3)], {}),
-    "CTCLoss": ([(5, 2, 4), (2, 3)], {}),
-    "ROIPooling": ([_NCHW, (1, 5)], {"pooled_size": (2, 2), "spatial_scale": 1.0}),
-    "_contrib_ROIAlign": ([_NCHW, (1, 5)], {"pooled_size": (2, 2), "spatial_scale": 1.0}),
-    "_contrib_AdaptiveAvgPooling2D": ([_NCHW], {"output_size": (2, 2)}),
-    "_contrib_BilinearResize2D": ([_NCHW], {"height": 8, "width": 8}),
-    "_contrib_interleaved_matmul_selfatt_qk": ([(3, 2, 12)], {"heads": 2}),
-    "_contrib_interleaved_matmul_selfatt_valatt": ([(3, 2, 12), (4, 3, 3)], {"heads": 2}),
-    "_contrib_interleaved_matmul_encdec_qk": ([(3, 2, 4), (3, 2, 8)], {"heads": 2}),
-    "_contrib_interleaved_matmul_encdec_valatt": ([(3, 2, 8), (4, 3, 3)], {"heads": 2}),
-    "_contrib_div_sqrt_dim": ([_NCHW], {}),
-    "_npi_matmul": ([(2, 3), (3, 4)], {}),
-    "_np_dot": ([(2, 3), (3, 4)], {}),
-    "_sparse_dot": ([(2, 3), (3, 4)], {}),
-    "_npx_batch_dot": ([(2, 2, 3), (2, 3, 4)], {}),
-    "_npi_einsum": ([(2, 3), (3, 4)], {"num_args": 2, "subscripts": "ij,jk->ik"}),
-    "_npi_tensordot": ([(2, 3), (3, 4)], {"a_axes_summed": (1,), "b_axes_summed": (0,)}),
-    "_npi_tensordot_int_axes": ([(2, 3), (3, 4)], {"axes": 1}),
-    "_linalg_gemm": ([(2, 3), (3, 4), (2, 4)], {}),
-    "_linalg_gemm2": ([(2, 3), (3, 4)], {}),
-    "khatri_rao": ([(2, 3), (4, 3)], {"num_args": 2}),
-    "_npi_concatenate": ([_NCHW, _NCHW], {"num_args": 2}),
-    "_npi_stack": ([_NCHW, _NCHW], {"num_args": 2}),
-    "stack": ([_NCHW, _NCHW], {"num_args": 2}),
-    "_npi_hstack": ([_NCHW, _NCHW], {"num_args": 2}),
-    "_npi_vstack": ([_NCHW, _NCHW], {"num_args": 2}),
-    "_npi_dstack": ([_NCHW, _NCHW], {"num_args": 2}),
-    "_npi_column_stack": ([(2, 3), (2, 3)], {"num_args": 2}),
-    "_np_atleast_1d": ([_NCHW], {"num_args": 1}),
-    "_np_atleast_2d": ([_NCHW], {"num_args": 1}),
-    "_np_atleast_3d": ([_NCHW], {"num_args": 1}),
-    "_npi_rnn_param_concat": ([(2, 3), (2, 3)], {"num_args": 2, "dim": 1}),
-    "ElementWiseSum": ([_NCHW, _NCHW], {"num_args": 2}),
-    "amp_multicast": ([_NCHW, _NCHW], {"num_outputs": 2}),
-    "multi_sum_sq": ([_NCHW, _NCHW], {"num_arrays": 2}),
-    "multi_all_finite": ([_NCHW, _NCHW], {"num_arrays": 2}),
-    "Crop": ([_NCHW], {"num_args": 1, "h_w": (2, 2)}),
-    "_np_moveaxis": ([_NCHW], {"source": (0,), "destination": (1,)}),
-    "_np_repeat": ([_NCHW], {"repeats": 2}),
-    "_np_reshape": ([_NCHW], {"newshape": (6, 16)}),
-    "_npi_reshape": ([_NCHW], {"newshape": (6, 16)}),
-    "_npi_clip": ([_NCHW], {"a_min": 0.2, "a_max": 0.5}),
-    "_npi_expand_dims": ([_NCHW], {"axis": 0}),
-    "expand_dims": ([_NCHW], {"axis": 0}),
-    "_npi_flip": ([_NCHW], {"axis": 0}),
-    "flip": ([_NCHW], {"axis": 0}),
-    "_npi_full_like": ([_NCHW], {"fill_value": 1.0}),
-    "_npi_pad": ([_NCHW], {"pad_width": ((0, 0), (0, 0), (1, 1), (1, 1)), "mode": "constant"}),
-    "_npi_slice": ([_NCHW], {"begin": (0,), "end": (1,)}),
-    "slice_axis": ([_NCHW], {"axis": 0, "begin": 0, "end": 1}),
-    "_npi_split": ([_NCHW], {"indices": (0, 1), "axis": 0}),
-    "_npi_hsplit": ([_NCHW], {"indices": (0, 1), "axis": 1}),
-    "_npi_dsplit": ([_NCHW], {"indices": (0, 1), "axis": 2}),
-    "_npi_tile": ([_NCHW], {"reps": (2,)}),
-    "_npx_one_hot": ([(2, 3)], {"depth": 4}),
-    "_onehot_encode": ([(2,), (2, 4)], {}),
-    "depth_to_space": ([(2, 4, 2, 2)], {"block_size": 2}),
-    "space_to_depth": ([_NCHW], {"block_size": 2}),
-    "im2col": ([_NCHW], {"kernel": (2, 2)}),
-    "col2im": ([(2, 12, 9)], {"output_size": (4, 4), "kernel": (2, 2)}),
-    "_crop_assign": ([_NCHW, (1, 3, 4, 4)], {"begin": (0,), "end": (1,)}),
-    "_crop_assign_scalar": ([_NCHW], {"begin": (0,), "end": (1,), "scalar": 1.0}),
-    "Cast": ([_NCHW], {"dtype": "float32"}),
-    "amp_cast": ([_NCHW], {"dtype": "float32"}),
-    "_image_adjust_lighting": ([(4, 4, 3)], {"alpha": (0.1, 0.1, 0.1)}),
-    "_image_crop": ([(4, 4, 3)], {"x": 0, "y": 0, "width": 2, "height": 2}),
-    "_image_to_tensor": ([(4, 4, 3)], {}),
-    "_image_normalize": ([(3, 4, 4)], {}),
-    "_image_flip_left_right": ([(4, 4, 3)], {}),
-    "_image_flip_top_bottom": ([(4, 4, 3)], {}),
-    "_image_resize": ([(4, 4, 3)], {"size": (2, 2)}),
-    "L2Normalization": ([_NCHW], {}),
-    "_npi_boolean_mask_assign_scalar": ([_NCHW, ("bool", _NCHW)], {"value": 1.0}),
-    "_npx_pick": ([(2, 3), (2,)], {}),
-    "_npi_take": ([(4, 3), (2,)], {}),
-    "batch_take": ([(2, 3), _i32((2,))], {}),
-    "fill_element_0index": ([(2, 3), (2,), (2,)], {}),
-    "_npi_insert_scalar": ([(4,)], {"val": 1.0, "int_ind": 1}),
-    "_npi_boolean_mask_assign_tensor": ([(2, 3), ("bool", (2, 3)), (1,)], {}),
-    "_npi_gather_nd": ([(4, 3), (1, 2)], {}),
-    "scatter_nd": ([(2,), (1, 2)], {"shape": (4,)}),
-    "_npi_scatter_set_nd": ([(4,), (2,), (1, 2)], {"shape": (4,)}),
-    "_npx_topk": ([(2, 5)], {"k": 2}),
-    "_npi_where": ([_NCHW, _NCHW, _NCHW], {}),
-    "_sparse_where": ([_NCHW, _NCHW, _NCHW], {}),
-    "_npi_where_lscalar": ([_NCHW, _NCHW], {"scalar": 1.0}),
-    "_npi_where_rscalar": ([_NCHW, _NCHW], {"scalar": 1.0}),
-    "_npi_where_scalar2": ([_NCHW], {"x": 1.0, "y": 2.0}),
-    "_npi_diff": ([(5,)], {}),
-    "_npi_ediff1d": ([(5,)], {}),
-    "_npi_polyval": ([(3,), (4,)], {}),
-    "_contrib_box_iou": ([(3, 4), (2, 4)], {}),
-    "_contrib_box_nms": ([(4, 6)], {}),
-    "_contrib_index_copy": ([(4, 3), (2,), (2, 3)], {}),
-    "_contrib_count_sketch": ([(2, 4), (4,), (4,)], {"out_dim": 3}),
-    "GridGenerator": ([(2, 6)], {"transform_type": "affine", "target_shape": (4, 4)}),
-    "BilinearSampler": ([_NCHW, (2, 2, 4, 4)], {}),
-    "SpatialTransformer": ([_NCHW, (2, 6)], {"transform_type": "affine", "sampler_type": "bilinear",
-                                              "target_shape": (4, 4)}),
-    "Deconvolution": ([_NCHW, (3, 4, 3, 3)], {"kernel": (3, 3), "num_filter": 4}),
-    "LeakyReLU": ([_NCHW], {"act_type": "leaky"}),
-    "Reshape": ([_NCHW], {"shape": (6, 16)}),
-    "_npx_softmax": ([(2, 3)], {}),
-    "softmax_cross_entropy": ([(2, 3), (2,)], {}),
-    "_np_roll": ([_NCHW], {"shift": 1}),
-    "_np_diag": ([(3, 3)], {}),
-    "moments": ([_NCHW], {"axes": (0,)}),
-    "broadcast_to": ([(1, 3)], {"shape": (2, 3)}),
-    "_npi_broadcast_to": ([(1, 3)], {"shape": (2, 3)}),
-    "_npi_rot90": ([(3, 3)], {"axes": (0, 1)}),
-    "_contrib_boolean_mask": ([(3, 2), (3,)], {}),
-    "_sg_mkldnn_conv": None,
-    "_sg_mkldnn_fully_connected": None,
-}
-
-
-def _op_groups():
-    """Return a list of alias groups (first name is the probed one) of forward ops."""
-    import mxnet as mx
-    from mxnet.base import _LIB, c_str, check_call
-    groups = collections.OrderedDict()
-    for name in sorted(mx.operator.get_all_registered_operators()):
-        if name.startswith("_backward"):
-            continue
-        handle = ctypes.c_void_p()
-        check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
-        groups.setdefault(handle.value, []).append(name)
-    return list(groups.values())
-
-
-def _spec(group):
-    """Return (inputs, attrs) for an alias group, or None when the op needs attrs SPECS lacks."""
-    import mxnet as mx
-    for name in group:
-        if name in SPECS:
-            return SPECS[name]
-    args = mx.operator.get_operator_arguments(group[0])
-    if any("required" in t for t in args.types):
-        return None
-    n_in = sum(t.startswith("NDArray") for t in args.types)
-    return [_NCHW] * max(n_in, 1), {}
-
-
-def _invoke(name, shapes, attrs, dtype):
-    """Run op ``name`` once with inputs in ``dtype``; return the output dtype names."""
-    import numpy as np
-    import mxnet as mx
-    from mxnet.base import _LIB, OpHandle, c_str, check_call
-    from mxnet.ndarray._internal import _imperative_invoke
-    rng = np.random.RandomState(0)
-    target = np.dtype(_BF16) if dtype == "bfloat16" else dtype
-    inputs = []
-    for shape in shapes:
-        in_dtype, shape = shape if isinstance(shape[0], str) else (target, shape)
-        values = mx.nd.array(rng.uniform(0.1, 0.9, shape))
-        if in_dtype in ("int32", "bool"):
-            inputs.append(values.astype(in_dtype))
-        else:
-            inputs.append(mx.nd.amp_cast(values, dtype=in_dtype))
-    handle = OpHandle()
-    check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
-    keys = list(attrs)
-    vals = [str(v) for v in attrs.values()]
-    out = _imperative_invoke(handle.value, inputs, keys, vals, None, False, True)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    for o in outs:
-        o.wait_to_read()
-    return ["bfloat16" if o.dtype == np.dtype(_BF16) else np.dtype(o.dtype).name for o in outs]
-
-
-def _first_error_line(err):
-    """The informative line of an MXNet error message (they start with a C++ traceback)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    for line in lines:
-        if "Check failed" in line or ("Error" in line and not line.startswith("Traceback")):
-            return line[:200]
-    return lines[-1][:200] if lines else type(err).__name__
-
-
-def _child(names):
-    """Probe each alias group named on the command line, one JSON line per op."""
-    groups = {g[0]: g for g in _op_groups()}
-    for name in names:
-        spec = _spec(groups[name])
-        row = {"op": name}
-        if spec is None:
-            row.update({d: "unprobed" for d in DTYPES})
-        else:
-            for dtype in DTYPES:
-                try:
-                    row[dtype] = "ok:" + ",".join(_invoke(name, spec[0], spec[1], dtype))
-                except Exception as err:  # any MXNetError/TypeError is a result here
-                    line = _first_error_line(err)
-                    # oneDNN took the op but this CPU lacks the ISA (bf16 primitives need AVX-512)
-                    row[dtype] = ("onednn:" if "primitive descriptor" in line else "error:") + line
-            if not row["float32"].startswith("ok"):
-                row.update({d: "unprobed" for d in DTYPES[1:]})
-        print(json.dumps(row), flush=True)
-
-
-def probe(names, mkldnn=False, batch=40):
-    """Run the probe for ``names`` in child processes; return ``{op: row}``."""
-    env = dict(os.environ, MXNET_MKLDNN_ENABLED="1" if mkldnn else "0", OMP_NUM_THREADS="1")
-    results = {}
-    pending = list(names)
-    while pending:
-        chunk, pending = pending[:batch], pending[batch:]
-        proc = subprocess.run([sys.executable, __file__, "--child", ",".join(chunk)],
-                              env=env, capture_output=True, text=True, check=False, timeout=600)
-        for line in proc.stdout.splitlines():
-            if line.startswith("{"):
-                row = json.loads(line)
-                results[row["op"]] = row
-        done = [n for n in chunk if n in results]
-        if len(done) < len(chunk):          # the child died on chunk[len(done)]
-            crashed = chunk[len(done)]
-            results[crashed] = {"op": crashed, "float32": "crash", "float16": "crash",
-                                "bfloat16": "crash"}
-            pending = chunk[len(done) + 1:] + pending
-    return results
+from mxnet.amp.probe import DTYPES, EVIDENCE_VERDICTS, VALUE_TOLERANCE, op_groups, probe, probe_values
 
 
 def main():
@@ -310,12 +45,13 @@ def main():
     parser.add_argument("--out", help="write the JSON result here instead of printing a table")
     parser.add_argument("--json", action="store_true", help="print JSON rows keyed by the names asked for")
     parser.add_argument("--mkldnn", action="store_true", help="keep oneDNN enabled")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--values", action="store_true",
+                        help="value probe of the ops the bfloat16 lists feed bfloat16 natively (AVX-512 CPUs)")
     args = parser.parse_args()
-    if args.child:
-        _child(args.child.split(","))
+    if args.values:
+        _main_values(args, parser)
         return
-    groups = _op_groups()
+    groups = op_groups()
     canonical = {name: g[0] for g in groups for name in g}
     asked = args.ops.split(",") if args.ops else [g[0] for g in groups]
     unknown = [name for name in asked if name not in canonical]
@@ -333,6 +69,47 @@ def main():
         return
     for name in asked:
         print(f"{name:45s} " + "  ".join(f"{d}={rows[name][d][:40]}" for d in DTYPES))
+
+
+def _main_values(args, parser):
+    """``--values``: probe, then write the evidence file (``--out``) or print a verdict per op."""
+    import datetime
+    import platform
+    import mxnet as mx
+    from mxnet.amp import lists
+    from mxnet.amp.policy import native_support
+    if not native_support("bfloat16", "cpu"):
+        parser.error("--values needs a CPU where oneDNN runs bfloat16 (AVX-512); this one would only "
+                     "report oneDNN's missing primitives")
+    from mxnet.amp import _ext
+    recorded_bad = set()
+    if args.out and os.path.exists(args.out):  # probe the ops found bad before again: kernels get fixed
+        with open(args.out) as f:
+            recorded_bad = {op for run in json.load(f)["runs"] for op, row in run["ops"].items()
+                            if row["verdict"] in lists.BAD_VERDICTS}
+    fed = lists.natively_fed_ops("bfloat16", "cpu") - set(_ext.OP_NAMES)  # ours: test_kernels.py
+    asked = args.ops.split(",") if args.ops else sorted(fed | recorded_bad)
+    try:
+        rows = probe_values(asked)
+    except ValueError as err:
+        parser.error(str(err))
+    if not args.out:
+        for name in asked:
+            row = rows[name]
+            print("%-45s %-8s %s" % (name, row["verdict"], row.get("why", "rel %.2g" % row.get("rel", 0))))
+        return
+    with open("/proc/cpuinfo") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
+    meta = {"cpu": model, "mxnet": mx.__version__, "date": datetime.date.today().isoformat(),
+            "tolerance": VALUE_TOLERANCE, "command": "python tools/probe_bf16.py --values"}
+    runs = []
+    if os.path.exists(args.out):  # keep the runs recorded on other CPUs
+        with open(args.out) as f:
+            runs = [r for r in json.load(f)["runs"] if r["meta"]["cpu"] != model]
+    evidence = {"verdicts": EVIDENCE_VERDICTS, "runs": runs + [{"meta": meta, "ops": rows}]}
+    with open(args.out, "w") as f:
+        json.dump(evidence, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ COMMANDS = {
     "demo": ("mxnet.amp.demo", "train a small CNN on the digits data set with AMP next to fp32"),
     "lists": ("mxnet.amp.lists_cli", "show the operator categories, or one operator's category and why"),
     "doctor": ("mxnet.amp.doctor", "find the ops and gradients that overflow or underflow in low precision"),
+    "hardware": ("mxnet.amp.hardware", "which low precision dtypes and ops run natively on this machine"),
     "convert": ("mxnet.amp.convert_cli", "convert a saved float32 model to float16/bfloat16 and report what changed"),
 }
 

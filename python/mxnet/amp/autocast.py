@@ -32,7 +32,7 @@ from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
 from . import graph
-from .policy import DISABLED_ATTR, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
+from .policy import DISABLED_ATTR, EMULATED, FLOAT32, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
 
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
 
@@ -298,11 +298,24 @@ def _round_trip(arr, dtype):
     return _reusing_parameter_casts(arr, ("round", dtype), lambda a: _round(a, dtype))
 
 
+def _emulated_input(x, target):
+    """``x`` as an emulated low precision op reads it: float32 holding values rounded to ``target``."""
+    dtype = _dtype_name(x)
+    if dtype == target:
+        return _to_dtype(x, "float32")
+    if _FLOAT_RANK.get(dtype) == 1:
+        x, dtype = _to_dtype(x, "float32"), "float32"
+    return _round_trip(x, target) if dtype == "float32" else x
+
+
 def _converter(policy, op, action, arrays):
     """Return the per-array conversion an imperative call needs (None when nothing is to be done)."""
     target = policy.target_dtype
-    if action == LP16 and policy.emulates(op, arrays[0].context.device_type):
-        return lambda x: _round_trip(x, target) if _dtype_name(x) == "float32" else x
+    mode = policy.lp16_mode(op, arrays[0].context.device_type) if action == LP16 else None
+    if mode == EMULATED:
+        return lambda x: _emulated_input(x, target)
+    if mode == FLOAT32:
+        action = FP32
     if action == LP16:
         return lambda x: _to_dtype(x, target) if _dtype_name(x) == "float32" else x
     if action == FP32:
@@ -333,7 +346,7 @@ def _wrap_op(func, op, action):
             return func(*args, **kwargs)
         args, kwargs = _map_arrays(convert, args, kwargs)
         out = func(*args, **kwargs)
-        if act == LP16 and policy.emulates(op, arrays[0].context.device_type):
+        if act == LP16 and policy.lp16_mode(op, arrays[0].context.device_type) == EMULATED:
             # the op's low precision output, rounded like its inputs (in place when the caller gave out=)
             target = kwargs.get("out")
             if target is None:

@@ -19,7 +19,8 @@ import warnings
 import numpy as np
 
 from . import graph, lists
-from .policy import LP16, make_policy
+from .fold import fold_batchnorm
+from .policy import make_policy
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
            "ConversionSummary"]
@@ -41,6 +42,10 @@ class ConversionSummary:
         Whether oneDNN fusion ran before the rewrite.
     emulated : bool
         Whether low precision ops are emulated (rounding casts around float32 kernels).
+    lp16_modes : tuple of (str, int)
+        Op nodes the lists want in low precision, by how they run (:meth:`~mxnet.amp.policy.Policy.lp16_mode`):
+        'native' (target dtype kernel), 'emulated', 'float32' (no such kernel on a device that runs the
+        target dtype natively).
     casts, multicasts : int
         Cast nodes in the converted graph: ``amp_cast`` + ``amp_round`` (emulation rounding), and
         ``amp_multicast``.
@@ -59,6 +64,7 @@ class ConversionSummary:
     casts: int
     multicasts: int
     ops: tuple
+    lp16_modes: tuple
     params_cast: int
     param_bytes_before: int
     param_bytes_after: int
@@ -67,7 +73,7 @@ class ConversionSummary:
         """Return a JSON-safe dict of every field."""
         return {"target_dtype": self.target_dtype, "device_type": self.device_type, "fused": self.fused,
                 "emulated": self.emulated, "casts": self.casts, "multicasts": self.multicasts,
-                "ops": dict(self.ops), "params_cast": self.params_cast,
+                "ops": dict(self.ops), "lp16_modes": dict(self.lp16_modes), "params_cast": self.params_cast,
                 "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after}
 
     def format(self):
@@ -75,11 +81,15 @@ class ConversionSummary:
         mode = "emulated (float32 kernels, values rounded to %s)" % self.target_dtype if self.emulated \
             else "native %s kernels" % self.target_dtype
         ops = ", ".join("%s %d" % (k, v) for k, v in self.ops) or "none"
+        modes = dict(self.lp16_modes)
+        lp16 = "%d native, %d emulated, %d in float32 (no %s kernel for the op on this device)" % (
+            modes.get("native", 0), modes.get("emulated", 0), modes.get("float32", 0), self.target_dtype)
         return "\n".join([
             "target dtype:     %s on %s, %s%s" % (self.target_dtype, self.device_type, mode,
                                                   ", oneDNN-fused" if self.fused else ""),
             "casts inserted:   %d amp_cast/amp_round, %d amp_multicast" % (self.casts, self.multicasts),
             "ops by precision: %s" % ops,
+            "low precision:    %s" % lp16,
             "parameters:       %d cast offline; %s -> %s bytes" % (
                 self.params_cast, format(self.param_bytes_before, ","), format(self.param_bytes_after, ","))])
 
@@ -96,7 +106,7 @@ class Conversion:
 
 def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", target_dtype_ops=None,
             fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False,
-            ctx=None, fuse=None, emulate=None, input_names=None):
+            ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
     """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
 
     Parameters
@@ -117,12 +127,20 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         Device the model will run on (default CPU): decides emulation and fusion.
     fuse : bool, optional
         Fuse with the oneDNN subgraph backend before converting. Default: on for bfloat16 on CPU when MXNet
-        has oneDNN (oneDNN's fused ops have no float16 kernels).
+        has oneDNN (oneDNN's fused ops have no float16 kernels). With the parameters given, BatchNorm is
+        folded into the convolution before it first, in float64 (:func:`mxnet.amp.fold.fold_batchnorm`):
+        oneDNN's own conv + BatchNorm fusion folds after the cast and loses accuracy.
     emulate : bool, optional
-        Force (True) or forbid (False) emulated low precision; default decides per op and device.
+        ``True``: every low precision op emulated (float32 kernels on rounded values); ``False``: every one
+        cast to the target dtype (a graph for hardware that has the kernels). Default: per op and device
+        (:meth:`~mxnet.amp.policy.Policy.lp16_mode`): native where the kernel exists, plain float32 where
+        the device runs the dtype natively but lacks the op's kernel, emulated on devices without any.
     input_names : list of str, optional
         Variables that are model inputs, never cast offline. Default: every variable without an array in
         ``arg_params``/``aux_params``.
+    keep_lp16_outputs : bool
+        Leave outputs in the target dtype where the last op ran in it; by default they come back in their
+        original dtype (float32).
 
     Returns
     -------
@@ -145,9 +163,12 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     excluded = list(excluded_sym_names or ())
     if fuse:
+        if arg_params or aux_params:
+            sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, excluded)
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
         excluded += _fused_nodes_to_exclude(sym, set(excluded), set(fp32_ops or ()))
-    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate)
+    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate,
+                         keep_lp16_outputs=keep_lp16_outputs)
     params = dict(arg_params, **aux_params)
     var_dtypes = {name: arr.dtype for name, arr in params.items()}
     new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes, inference=True)
@@ -164,34 +185,26 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     cast = {k: v for k, v in params_cast.items() if v is not None}
     new_args = {k: cast.get(k, v) for k, v in arg_params.items()}
     new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
-    emulated_ops = sorted({n["op"] for n in json.loads(sym.tojson())["nodes"] if n["op"] != "null"
-                           and policy.action(n["op"], n.get("attrs"), n["name"]) == LP16
-                           and policy.emulates(n["op"], device_type)})
-    if emulated_ops and emulate is None:
-        warnings.warn(_emulation_warning(policy.target_dtype, device_type, emulated_ops),
+    emulated = stats.lp16_modes["emulated"] > 0
+    if emulated and emulate is None:
+        warnings.warn(_emulation_warning(policy.target_dtype, device_type),
                       stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
-        policy.target_dtype, device_type, fuse, bool(emulated_ops),
+        policy.target_dtype, device_type, fuse, emulated,
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
         sum(n["op"] == "amp_multicast" for n in gdict["nodes"]), tuple(sorted(stats.actions.items())),
-        len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
+        tuple(sorted(stats.lp16_modes.items())), len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
     return Conversion(out_sym, new_args, new_aux, summary)
 
 
-def _emulation_warning(dtype, device_type, ops):
-    """The text of the warning that a converted model emulates ``ops``."""
-    from .policy import native_support
-    how = "float32 kernels on values rounded to %s: %s numerics, slower than float32" % (dtype, dtype)
-    if not native_support(dtype, device_type):
-        return ("convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet "
-                "1.9.1 has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the "
-                "detection), so the converted model emulates its low precision ops: %s. Pass emulate=False to "
-                "build the native graph for a machine that has the kernels, or emulate=True to silence this "
-                "warning." % (dtype, device_type.upper(), how))
-    them = "it" if len(ops) == 1 else "them"
-    return ("convert: MXNet 1.9.1 has no %s %s kernel for %s, so the converted model emulates %s: %s. Add %s "
-            "to fp32_ops to run %s in plain float32." % (device_type.upper(), dtype, ", ".join(ops), them, how,
-                                                         them, them))
+def _emulation_warning(dtype, device_type):
+    """The text of the warning that a converted model emulates its low precision ops."""
+    return ("convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet 1.9.1 "
+            "has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the detection), so "
+            "the converted model emulates its low precision ops: float32 kernels on values rounded to %s: %s "
+            "numerics, slower than float32. Pass emulate=False to build the native graph for a machine that "
+            "has the kernels, or emulate=True to silence this warning." % (dtype, device_type.upper(), dtype,
+                                                                            dtype))
 
 
 def _stacklevel_outside_package():
@@ -207,7 +220,7 @@ def _stacklevel_outside_package():
 
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                   ctx=None, fuse=None, emulate=None, input_names=None):
+                   ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
     With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
@@ -220,12 +233,13 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     >>> low.save("net-bf16-symbol.json", remove_amp_cast=False)
     """
     return convert(sym, None, None, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                   excluded_sym_names, cast_params_offline, ctx, fuse, emulate, input_names).symbol
+                   excluded_sym_names, cast_params_offline, ctx, fuse, emulate, input_names,
+                   keep_lp16_outputs).symbol
 
 
 def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                  ctx=None, fuse=None, emulate=None):
+                  ctx=None, fuse=None, emulate=None, keep_lp16_outputs=False):
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     See :func:`convert` for the parameters (use it directly to get the :class:`ConversionSummary` too).
@@ -237,13 +251,14 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
     >>> mx.model.save_checkpoint("resnet-bf16", 0, sym, args, aux, remove_amp_cast=False)
     """
     out = convert(sym, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate)
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, None, keep_lp16_outputs)
     return out.symbol, out.arg_params, out.aux_params
 
 
 def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
-                         cast_params_offline=False, *, fuse=None, emulate=None, layout=None):
+                         cast_params_offline=False, *, fuse=None, emulate=None, layout=None,
+                         keep_lp16_outputs=False):
     """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
 
     Parameters
@@ -283,7 +298,7 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     res = convert(out, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names)
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names, keep_lp16_outputs)
     sym, arg_params, aux_params = res.symbol, res.arg_params, res.aux_params
     if layout == "NHWC":
         from .layout import convert_layout
@@ -295,6 +310,7 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     inputs = [mx.sym.var(n, dtype=d.dtype) for n, d in zip(names, data)]
     net = SymbolBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
     for name, param in net.collect_params().items():
+        param.grad_req = "null"  # an inference block; Gluon cannot make numpy-mode bfloat16 gradients
         param.cast(new_params[name].dtype)
     net.collect_params().load_dict(new_params, ctx=ctx)
     return net

@@ -110,7 +110,8 @@ def run(args, out=sys.stdout):
         for_onnx = convert(sym, arg_params, aux_params, dtype, fuse=False, **options) \
             if args.onnx and result.summary.fused else result
     print(result.summary.format(), file=out)
-    for note in sorted({str(n.message).replace("convert: ", "", 1) for n in notes}):
+    ours = {str(n.message) for n in notes if str(n.message).startswith("convert: ")}  # not others' deprecations
+    for note in sorted(m.replace("convert: ", "", 1) for m in ours):
         print("note:             %s" % note.replace("emulate=False", "--emulate no")
               .replace("emulate=True", "--emulate yes"), file=out)
     _print_deviation((sym, arg_params, aux_params), result, dict(zip(inputs, shapes)), out)

@@ -14,7 +14,7 @@ import json
 import numpy as np
 
 from . import lists
-from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
+from .policy import EMULATED, FLOAT32, FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
            "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS",
@@ -28,15 +28,22 @@ _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 
 @dataclass
 class RewriteStats:
-    """What a rewrite did: cast nodes inserted and op nodes per action."""
+    """What a rewrite did: cast nodes inserted, op nodes per action, and how the low precision ones run.
+
+    ``lp16_modes`` counts the nodes the lists want in low precision by :meth:`Policy.lp16_mode`: 'native',
+    'emulated', or 'float32' (the device has no kernel for the op in the target dtype; counted as 'fp32' in
+    ``actions`` too).
+    """
 
     casts: int = 0
     multicasts: int = 0
     actions: Counter = field(default_factory=Counter)
+    lp16_modes: Counter = field(default_factory=Counter)
 
     def as_dict(self):
         """Return a JSON-safe summary."""
-        return {"casts": self.casts, "multicasts": self.multicasts, "ops": dict(self.actions)}
+        return {"casts": self.casts, "multicasts": self.multicasts, "ops": dict(self.actions),
+                "lp16_modes": dict(self.lp16_modes)}
 
 
 def dtype_name(dtype):
@@ -133,8 +140,9 @@ class _Builder:
     def round_trip(self, entry, dtype):
         """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision).
 
-        Float32 tensors go through one ``amp_round``; tensors of unknown dtype through ``amp_cast`` to
-        ``dtype`` and back (which leaves non-float tensors alone); other dtypes pass unchanged.
+        Float32 tensors go through one ``amp_round``; low precision ones are cast to float32 (and rounded
+        unless already in ``dtype``); tensors of unknown dtype go through ``amp_cast`` to ``dtype`` and back
+        (which leaves non-float tensors alone); other dtypes pass unchanged.
         """
         entry = self.cast_source.get(entry, entry)
         key = (entry, "round", dtype)
@@ -147,6 +155,10 @@ class _Builder:
                             "inputs": [[entry[0], entry[1], 0]]}, 1, ("float32",))
             rounded = (nid, 0)
             self.stats.casts += 1
+        elif have == dtype:
+            rounded = self.cast(entry, "float32")
+        elif have in _FLOAT_RANK and _FLOAT_RANK[have] == 1:
+            rounded = self.round_trip(self.cast(entry, "float32"), dtype)
         elif have is None:  # unknown dtype: amp_cast there and back (non-float tensors pass unchanged)
             rounded = self._add_cast(self._add_cast(entry, dtype), "float32")
         else:
@@ -251,6 +263,10 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             action = NEUTRAL
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
+            if action == LP16:
+                mode = policy.lp16_mode(node["op"], device_type)
+                build.stats.lp16_modes[mode] += 1
+                action = FP32 if mode == FLOAT32 else action
             build.stats.actions[action] += 1
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.
@@ -260,7 +276,7 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         if not defer:
             inputs = [settle(e) for e in inputs]
         lp = action == LP16
-        emulate = lp and policy.emulates(node["op"], device_type)
+        emulate = lp and mode == EMULATED
         if lp:
             wants = lp_input_dtypes(node, target)
             low = build.round_trip if emulate else build.cast
@@ -284,6 +300,9 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             if emulate or defer:
                 unrounded.add((new_id, i))
     heads = [settle(remap[(nid, idx)]) for nid, idx, _ in graph["heads"]]
+    if not policy.keep_lp16_outputs:  # outputs in their original dtype, as from the float32 graph
+        heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new
+                 for new, old in zip(heads, graph["heads"])]
     out = assemble(graph, build.nodes, build.num_outputs, heads)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
 

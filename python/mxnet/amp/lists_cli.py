@@ -45,10 +45,26 @@ def format_op(op, dtypes=lists.DTYPES):
             rules = lists.conditional_fp32(dtype)[op]
             line += " (float32 when %s; otherwise dtype-neutral)" % " or ".join(
                 "%s in {%s}" % (attr, ", ".join(sorted(values))) for attr, values in rules)
+        if cat == "lp16":
+            line += " (%s)" % _how_it_runs_here(op, dtype)
         lines.append(line)
         lines.extend(textwrap.wrap(lists.reason(op, dtype), 96, initial_indent=" " * 12,
                                    subsequent_indent=" " * 12))
     return "\n".join(lines)
+
+
+_MODE_TEXT = {"native": "native %s kernel", "emulated": "emulated: float32 kernel on values rounded to %s",
+              "float32": "plain float32: the device runs %s natively but has no kernel for this op"}
+
+
+def _how_it_runs_here(op, dtype):
+    """How ``op`` runs on this machine's devices under default settings (see Policy.lp16_mode)."""
+    import mxnet as mx
+    from .policy import make_policy
+    policy = make_policy(dtype)
+    devices = ["cpu"] + (["gpu"] if mx.context.num_gpus() > 0 else [])
+    return "; ".join("here on %s: %s" % (dev.upper(), _MODE_TEXT[policy.lp16_mode(op, dev)] % dtype)
+                     for dev in devices)
 
 
 def run(args):

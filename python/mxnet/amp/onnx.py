@@ -325,7 +325,7 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
                 attrs["dtype"] = mode
             if node["op"] == "null" and attrs.get("__dtype__") == graph.TYPE_CODES["bfloat16"]:
                 attrs["__dtype__"] = graph.TYPE_CODES[mode]
-        params.update({n: params[n].astype("float32").astype(mode) for n in bf16})
+        params.update({n: _as_float32(params[n]).astype(mode) for n in bf16})
         return gdict, params
     dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
     counts = graph.num_outputs(gdict)
@@ -347,8 +347,15 @@ def _replace_bf16(gdict, params, var_dtypes, mode):
             if (node["op"] == "null" and node["name"] in bf16) or (mode == "emulate" and compute and low):
                 out = build.cast(out, "bfloat16")
             remap[(old_id, i)] = out
-    params.update({n: params[n].astype("float32") for n in bf16})
+    params.update({n: _as_float32(params[n]) for n in bf16})
     return build.graph(gdict, [remap[(nid, idx)] for nid, idx, _ in gdict["heads"]]), params
+
+
+def _as_float32(arr):
+    """A bfloat16 array's values in float32. ``amp_cast`` reads oneDNN's blocked layouts, which MXNet 1.9.1's
+    ``astype`` cannot for bfloat16 (a converted model's weights are reordered in place when it runs)."""
+    import mxnet as mx
+    return mx.nd.amp_cast(arr, dtype="float32")
 
 
 def _float32_heads(gdict, var_dtypes):

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import lists
 
-__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "native_support"]
+__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "NATIVE", "EMULATED",
+           "FLOAT32", "native_support"]
 
 #: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
@@ -23,6 +24,9 @@ LP16, FP32, NEUTRAL, WIDEST = "lp16", "fp32", "neutral", "widest"
 
 #: Node attribute that marks graph nodes built inside ``amp.disable()``: the rewriter leaves them in fp32.
 DISABLED_ATTR = "__amp_disabled__"
+
+# How a low precision (LP16) op runs on a device: see Policy.lp16_mode.
+NATIVE, EMULATED, FLOAT32 = "native", "emulated", "float32"
 
 _CATEGORY_ACTION = {"lp16": LP16, "fp32": FP32, "neutral": NEUTRAL, "widest": WIDEST, "loss_output": FP32}
 
@@ -50,10 +54,14 @@ class Policy:
         Node names kept in float32 whatever their op (used by model conversion).
     emulate : bool or None
         ``True`` rounds values to ``target_dtype`` at low precision op boundaries and computes in float32
-        (numerics of mixed precision on hardware without fast kernels), ``False`` runs real low precision
-        kernels, ``None`` decides per op and device (:meth:`emulates`).
+        (numerics of mixed precision on hardware without fast kernels), ``False`` casts to ``target_dtype``
+        for every low precision op (a graph for a runtime that has the kernels), ``None`` decides per op and
+        device (:meth:`lp16_mode`).
     layout_optimization : bool
         Rewrite hybridized graphs on GPU contexts to channels-last convolutions (the ``amp_layout`` pass).
+    keep_lp16_outputs : bool
+        Leave graph outputs in ``target_dtype`` where the last op ran in it. By default every output comes
+        back in its original dtype (float32), as from the float32 graph.
     """
 
     target_dtype: str
@@ -63,6 +71,7 @@ class Policy:
     excluded_sym_names: tuple = ()
     emulate: object = None
     layout_optimization: bool = False
+    keep_lp16_outputs: bool = False
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -103,17 +112,29 @@ class Policy:
         """Whether ``op``'s action depends on its attributes (a conditional fp32 entry)."""
         return op in self._conditions
 
-    def emulates(self, op, device_type):
-        """Whether low precision op ``op`` on ``device_type`` ('cpu' or 'gpu') is emulated.
+    def lp16_mode(self, op, device_type):
+        """How low precision op ``op`` runs on ``device_type`` ('cpu' or 'gpu').
 
-        Emulation rounds the op's inputs and outputs to the target dtype and runs its float32 kernel: the
-        numerics of mixed precision where MXNet 1.9.1 has no fast kernel for the dtype on that device (bf16
-        on CPUs without AVX-512, any float16 on CPU, ops without a low precision kernel).
+        Returns
+        -------
+        str
+            ``NATIVE``: inputs cast to the target dtype, its kernel runs. ``EMULATED``: the float32 kernel
+            on inputs rounded to the target dtype, output rounded too: the numerics of mixed precision on a
+            device with no kernels for the dtype at all (bfloat16 on CPUs without AVX-512, float16 on CPU).
+            ``FLOAT32``: the device runs the dtype natively, but MXNet 1.9.1 has no kernel for this op
+            there (``batch_dot`` on AVX-512 CPUs, say): plain float32, since rounding would cost time and
+            add error without buying speed. ``emulate=True`` makes every op ``EMULATED``,
+            ``emulate=False`` every op ``NATIVE``.
         """
         if self.emulate is not None:
-            return self.emulate
-        return not (native_support(self.target_dtype, device_type)
-                    and op in lists.native_lp16_ops(self.target_dtype, device_type))
+            return EMULATED if self.emulate else NATIVE
+        if not native_support(self.target_dtype, device_type):
+            return EMULATED
+        return NATIVE if op in lists.native_lp16_ops(self.target_dtype, device_type) else FLOAT32
+
+    def emulates(self, op, device_type):
+        """Whether low precision op ``op`` on ``device_type`` is emulated (see :meth:`lp16_mode`)."""
+        return self.lp16_mode(op, device_type) == EMULATED
 
 
 def _check_ops(ops, where):
@@ -164,7 +185,8 @@ def _check_conditional(entries):
 
 
 def make_policy(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-                fp32_ops=None, excluded_sym_names=None, emulate=None, layout_optimization=False):
+                fp32_ops=None, excluded_sym_names=None, emulate=None, layout_optimization=False,
+                keep_lp16_outputs=False):
     """Validate user settings and return a frozen :class:`Policy`.
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
@@ -201,7 +223,10 @@ def make_policy(target_dtype="float16", target_precision_ops=None, conditional_f
         raise ValueError("emulate must be None (auto), True or False, got %r" % (emulate,))
     if layout_optimization not in (True, False):
         raise ValueError("layout_optimization must be True or False, got %r" % (layout_optimization,))
-    return Policy(dtype, lp16, fp32, conditional, excluded, emulate, bool(layout_optimization))
+    if keep_lp16_outputs not in (True, False):
+        raise ValueError("keep_lp16_outputs must be True or False, got %r" % (keep_lp16_outputs,))
+    return Policy(dtype, lp16, fp32, conditional, excluded, emulate, bool(layout_optimization),
+                  bool(keep_lp16_outputs))
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,14 +245,15 @@ def native_support(dtype, device_type):
     """Whether MXNet 1.9.1 has fast kernels for ``dtype`` on ``device_type``.
 
     GPUs run float16 (MXNet 1.9.1 has no GPU bfloat16 kernels). On CPUs, oneDNN runs bfloat16 only with
-    AVX-512 (``avx512_core``: F, BW, VL, DQ); MXNet's CPU float16 kernels are incomplete.
-    ``MXNET_AMP_EMULATE=0|1`` overrides the detection.
+    AVX-512 (``avx512_core``: F, BW, VL, DQ); MXNet's CPU float16 kernels are incomplete whatever the CPU.
+    ``MXNET_AMP_EMULATE=1`` says no everywhere (everything emulated); ``MXNET_AMP_EMULATE=0`` says yes to
+    bfloat16 on any CPU (the AVX-512 detection skipped).
     """
     forced = os.environ.get("MXNET_AMP_EMULATE")
-    if forced in ("0", "1"):
-        return forced == "0"
+    if forced == "1":
+        return False
     if device_type == "gpu":
         return dtype == "float16"
     if dtype == "float16":
         return False
-    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()
+    return forced == "0" or {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()

@@ -29,7 +29,8 @@ def precision_map(sym, policy, device_type="cpu"):
             action = policy.action(op, node.get("attrs"), node["name"])
             role = {FP32: "float32", WIDEST: "widest type", NEUTRAL: "dtype-neutral"}.get(action)
             if action == LP16:
-                role = "low precision (emulated)" if policy.emulates(op, device_type) else "low precision"
+                role = {"native": "low precision", "emulated": "low precision (emulated)",
+                        "float32": "float32"}[policy.lp16_mode(op, device_type)]
         out.append((node["name"], op, role, [i[0] for i in node["inputs"]]))
     return out
 

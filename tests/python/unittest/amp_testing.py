@@ -1,5 +1,15 @@
-"""NumPy references shared by the tests: rounding to the low precision types exactly as MXNet does."""
+"""Shared by the tests: NumPy references for rounding to the low precision types exactly as MXNet does, and
+the marker for tests of the native bfloat16 path."""
 import numpy as np
+import pytest
+
+from mxnet.amp.policy import native_support
+
+#: Tests of MXNet's native bfloat16 kernels (oneDNN on AVX-512 CPUs); elsewhere bfloat16 is emulated.
+requires_native_bf16 = pytest.mark.skipif(
+    not native_support("bfloat16", "cpu"),
+    reason="needs a CPU where oneDNN runs bfloat16 natively (AVX-512: avx512f/bw/vl/dq); this one emulates "
+           "bfloat16 (or MXNET_AMP_EMULATE=1 is set)")
 
 
 def bf16_round(values):

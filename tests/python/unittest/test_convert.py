@@ -177,11 +177,12 @@ def test_summary_counts_casts_ops_and_bytes(dtype):
     out = C.convert(sym, args, aux, dtype, emulate=False, fuse=False)
     nodes = _nodes(out.symbol)
     s = out.summary
-    assert s.casts == sum(n["op"] == "amp_cast" for n in nodes) == 5  # data, 2 weights, 2 biases
-    assert dict(s.ops) == {"lp16": 2, "neutral": 1}
+    # data, 2 weights, 2 biases, and the output back to float32
+    assert s.casts == sum(n["op"] == "amp_cast" for n in nodes) == 6
+    assert dict(s.ops) == {"lp16": 2, "neutral": 1} and dict(s.lp16_modes) == {"native": 2}
     assert s.param_bytes_before == s.param_bytes_after == 4 * sum(a.size for a in args.values())
     assert json.loads(json.dumps(s.as_dict())) == s.as_dict()
-    assert "5 amp_cast" in s.format()
+    assert "6 amp_cast" in s.format() and "2 native, 0 emulated, 0 in float32" in s.format()
 
 
 class _Cell(HybridBlock):
@@ -302,22 +303,28 @@ def test_native_params_have_the_dtypes_type_inference_wants(dtype, fuse, lp16_op
     wanted = dict(zip(out.symbol.list_arguments() + out.symbol.list_auxiliary_states(), arg_types + aux_types))
     stored = {k: dtype_name(v.dtype) for k, v in dict(out.arg_params, **out.aux_params).items()}
     assert stored == {k: dtype_name(wanted[k]) for k in stored}
-    assert {v for k, v in stored.items() if "batchnorm" in k} == {"float32"}
+    # Fusion folds BatchNorm into the convolutions first (in float64): no BatchNorm parameter is left.
+    assert {v for k, v in stored.items() if "batchnorm" in k} == (set() if fuse else {"float32"})
     assert {v for k, v in stored.items() if "conv" in k or "dense" in k} == {dtype}
     nodes = _nodes(out.symbol)
-    assert [n["name"] for n in nodes if n["op"] == "amp_cast"] == ["data_amp_cast_%s" % dtype]
+    casts = [n for n in nodes if n["op"] == "amp_cast"]
+    assert [n["name"] for n in casts[:1]] == ["data_amp_cast_%s" % dtype]
+    assert [n["attrs"]["dtype"] for n in casts[1:]] == ["float32"]  # the output, back to float32
+    assert nodes[json.loads(out.symbol.tojson(remove_amp_cast=False))["heads"][0][0]]["op"] == "amp_cast"
     if fuse:
         assert sum(n["op"] == "_sg_mkldnn_conv" for n in nodes) == 20
 
 
-def test_emulated_fused_graph_leaves_batchnorm_parameters_unrounded():
+def test_emulated_fused_graph_rounds_folded_weights_once():
+    from mxnet.amp.fold import fold_batchnorm
     sym, args, aux = _resnet_graph()
     out = C.convert(sym, args, aux, "bfloat16", cast_params_offline=True, emulate=True)
     assert out.summary.fused and out.summary.emulated
-    for name, arr in dict(args, **aux).items():
-        got = dict(out.arg_params, **out.aux_params)[name].asnumpy()
-        expected = arr.asnumpy() if "batchnorm" in name else bf16_round(arr.asnumpy())
-        np.testing.assert_array_equal(got, expected, err_msg=name)
+    _, folded_args, folded_aux = fold_batchnorm(sym, args, aux)
+    got = dict(out.arg_params, **out.aux_params)
+    assert sorted(got) == sorted(dict(folded_args, **folded_aux))
+    for name, arr in dict(folded_args, **folded_aux).items():
+        np.testing.assert_array_equal(got[name].asnumpy(), bf16_round(arr.asnumpy()), err_msg=name)
     nodes = _nodes(out.symbol)
     rounded = {nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round"}
     assert {name for name in rounded if name in set(out.symbol.list_inputs())} == {"data"}  # no parameter
@@ -364,7 +371,7 @@ def test_training_rewrite_defers_only_past_moves_with_identical_gradients(dtype)
     y = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), name="conv")
     y = mx.sym.Pooling(y, kernel=(3, 3), stride=(2, 2), name="pool")
     y = mx.sym.FullyConnected(y, num_hidden=6, flatten=True, name="fc1")
-    y = mx.sym.transpose(mx.sym.reshape(y, shape=(0, 2, 3), name="resh"), axes=(0, 2, 1), name="tr")
+    y = mx.sym.SwapAxis(mx.sym.reshape(y, shape=(0, 2, 3), name="resh"), dim1=1, dim2=2, name="tr")
     sym = mx.sym.FullyConnected(y, num_hidden=2, flatten=False, name="fc2")
     low, _ = graph.rewrite_symbol(sym, make_policy(dtype, emulate=True), "cpu")
     nodes = _nodes(low)
@@ -376,7 +383,7 @@ def test_training_rewrite_defers_only_past_moves_with_identical_gradients(dtype)
                                                 kernel=(3, 3)), dtype=dtype)
     eager = mx.sym.amp_round(mx.sym.Pooling(eager, kernel=(3, 3), stride=(2, 2)), dtype=dtype)
     eager = mx.sym.FullyConnected(eager, r["fc1_weight"], r["fc1_bias"], num_hidden=6)
-    eager = mx.sym.transpose(mx.sym.reshape(mx.sym.amp_round(eager, dtype=dtype), shape=(0, 2, 3)), axes=(0, 2, 1))
+    eager = mx.sym.SwapAxis(mx.sym.reshape(mx.sym.amp_round(eager, dtype=dtype), shape=(0, 2, 3)), dim1=1, dim2=2)
     eager = mx.sym.amp_round(mx.sym.FullyConnected(eager, r["fc2_weight"], r["fc2_bias"], num_hidden=2,
                                                    flatten=False), dtype=dtype)
     args, _ = _params(sym, data=(2, 3, 9, 9))
@@ -407,13 +414,22 @@ def test_emulation_is_announced_unless_asked_for(dtype, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error" if dtype == "bfloat16" else "ignore")
         assert C.convert(sym, None, None, dtype, fuse=False).summary.emulated == (dtype == "float16")
-    if dtype == "bfloat16":  # batch_dot has no bfloat16 kernel even there: the warning names it, and the fix
+    if dtype == "bfloat16":  # batch_dot has no bfloat16 kernel even there: plain float32, nothing rounded
         att = mx.sym.batch_dot(mx.sym.var("a"), mx.sym.FullyConnected(mx.sym.var("b"), num_hidden=4,
                                                                       flatten=False, name="fc"), name="bd")
-        with pytest.warns(UserWarning, match="no CPU bfloat16 kernel for batch_dot, .*fp32_ops") as record:
-            C.convert(att, None, None, dtype, fuse=False)
-        assert "emulate=False" not in str(record[0].message)
-        assert record[0].filename == __file__  # points at the caller, not at mxnet.amp
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = C.convert(att, None, None, dtype, fuse=False)
+        assert dict(out.summary.lp16_modes) == {"native": 1, "float32": 1} and not out.summary.emulated
+        nodes = _nodes(out.symbol)
+        bd = next(n for n in nodes if n["name"] == "bd")
+        assert [nodes[i]["op"] for i, _, _ in bd["inputs"]] == ["null", "amp_cast"]
+        assert nodes[bd["inputs"][1][0]]["attrs"]["dtype"] == "float32"
+        assert not any(n["op"] == "amp_round" for n in nodes)
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
+    with pytest.warns(UserWarning) as record:
+        C.convert(sym, None, None, dtype, fuse=False)
+    assert record[0].filename == __file__  # points at the caller, not at mxnet.amp
 
 
 def test_excluded_names_and_fp32_ops_stay_float32():
@@ -436,7 +452,10 @@ def test_convert_symbol_offline_marks_variables():
     attrs = {n["name"]: n.get("attrs", {}).get("__dtype__") for n in _nodes(out) if n["op"] == "null"}
     assert attrs["fc1_weight"] == attrs["fc2_bias"] == "12" and attrs["data"] is None
     _, out_types, _ = out.infer_type(data="float32")
-    assert dtype_name(out_types[0]) == "bfloat16"
+    assert dtype_name(out_types[0]) == "float32"  # outputs back in their original dtype by default
+    kept = C.convert_symbol(_mlp_symbol(), "bfloat16", cast_params_offline=True, emulate=False,
+                            input_names=["data"], keep_lp16_outputs=True)
+    assert dtype_name(kept.infer_type(data="float32")[1][0]) == "bfloat16"
 
 
 def test_errors_name_the_problem():

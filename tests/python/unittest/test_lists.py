@@ -173,7 +173,7 @@ def test_bf16_keeps_conv_nets_in_bf16():
     # a conv block must not bounce to fp32 between layers
     for op in ("Activation", "Pooling"):
         assert lists.category(op, "bfloat16") == "conditional_fp32"
-    for op in ("BatchNorm", "relu", "Flatten", "Reshape", "transpose", "LRN"):
+    for op in ("BatchNorm", "relu", "Flatten", "Reshape", "SwapAxis", "_np_transpose", "LRN"):
         assert lists.category(op, "bfloat16") == "neutral", op
     for op in ("Concat", "elemwise_add", "broadcast_add", "_npi_add", "add_n", "where"):
         assert lists.category(op, "bfloat16") == "widest", op
@@ -282,7 +282,7 @@ def test_native_lp16_ops_per_device():
 
 
 # Native (non-oneDNN) bf16 kernels the bf16 lists rely on, and ones they avoid because they lack one.
-_PROBED_NEUTRAL = ("BatchNorm", "_sparse_relu", "transpose", "Concat", "_npi_add", "take", "Embedding")
+_PROBED_NEUTRAL = ("BatchNorm", "_sparse_relu", "_np_transpose", "Concat", "_npi_add", "take", "Embedding")
 _PROBED_NO_BF16 = ("Dropout", "_npi_true_divide", "_npx_batch_dot", "_np_sum")
 # Ops without a native bf16 kernel that MXNet routes to oneDNN for bf16 (AVX-512 needed to run them).
 _ONEDNN_BF16 = ("Convolution", "Deconvolution", "FullyConnected", "Activation", "LeakyReLU", "Pooling", "LRN")

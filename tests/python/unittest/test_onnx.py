@@ -210,7 +210,7 @@ def test_emulated_rounding_pairs_become_two_casts(tmp_path):
 
 def test_keep_io_types_false_leaves_float16_output(tmp_path):
     net, x = _model("mlp")
-    low = convert_hybrid_block(net, x, "float16", cast_params_offline=True, emulate=False)
+    low = convert_hybrid_block(net, x, "float16", cast_params_offline=True, emulate=False, keep_lp16_outputs=True)
     path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), keep_io_types=False)
     sess, got = _run_onnx(path, x)
     assert sess.get_outputs()[0].type == "tensor(float16)" and got.dtype == np.float16

@@ -30,6 +30,8 @@ import ctypes
 import difflib
 import functools
 import importlib
+import json
+import os
 from types import MappingProxyType
 
 import numpy as np
@@ -38,7 +40,7 @@ from . import rounding
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
-           "commutes_with_rounding",
+           "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions"]
 
@@ -317,6 +319,42 @@ def native_lp16_ops(dtype, device_type):
         raise ValueError("Unknown device_type %r: expected one of %s"
                          % (device_type, ", ".join(repr(d) for d in sorted(native))))
     return native[device_type]
+
+
+def natively_fed_ops(dtype, device_type):
+    """Return the ops that receive ``dtype`` tensors when a graph runs natively on ``device_type``.
+
+    Those are the dtype-neutral, widest-type and conditional ops (low precision values flow through them)
+    and the low precision ops with a native kernel there (:func:`native_lp16_ops`). Their kernels must be
+    right for ``dtype``: ``lists/native_bf16_cpu.json`` holds the value probe's verdict for each of them on
+    an AVX-512 CPU (``tools/probe_bf16.py --values``), and a unit test keeps the two consistent.
+
+    Returns
+    -------
+    frozenset of str
+    """
+    table = _table(dtype)
+    flowing = [op for cat in ("neutral", "widest", "conditional_fp32") for op in table.by_category[cat]]
+    return frozenset(flowing) | native_lp16_ops(dtype, device_type)
+
+
+#: Value-probe verdicts that bar an op from receiving bfloat16 natively.
+BAD_VERDICTS = ("mismatch", "error", "crash", "hang")
+
+
+@functools.lru_cache(maxsize=None)
+def native_evidence():
+    """Return the recorded bfloat16 value probe of AVX-512 CPUs (``native_bf16_cpu.json``).
+
+    Returns
+    -------
+    dict
+        ``{"verdicts": {verdict: meaning}, "runs": [{"meta": {cpu, mxnet, date, tolerance, command},
+        "ops": {op: {"verdict", "cases", "rel" or "why"}}}, ...]}``, one run per CPU it was recorded on
+        (``tools/probe_bf16.py --values --out ...`` adds or replaces this machine's run).
+    """
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_bf16_cpu.json")) as f:
+        return json.load(f)
 
 
 def list_lp16_ops(dtype):

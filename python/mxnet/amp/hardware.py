@@ -1,0 +1,105 @@
+"""``python -m mxnet.amp hardware``: which low precision dtypes run natively on this machine, and how each op runs.
+
+For every target dtype and device (the CPU, and the GPUs of a GPU build of MXNet) the report says whether the
+device has kernels for the dtype (native) or AMP emulates it, and lists the low precision ops that run in
+float32 instead (native device, no kernel for the op) and the ops kept away from the dtype because their
+kernel failed the native value probe (``lists/native_bf16_cpu.json``). ``--probe`` runs that value probe on this
+machine (a minute or two; AVX-512 CPUs only) and gives a verdict: whether the recorded evidence holds here.
+"""
+import textwrap
+
+from . import lists
+from .policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support
+
+__all__ = ["add_arguments", "run", "format_report", "probe_verdict"]
+
+_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "avx512_fp16")
+
+
+def add_arguments(parser):
+    """Options of ``python -m mxnet.amp hardware``."""
+    parser.add_argument("--dtype", choices=lists.DTYPES, help="one target dtype (default: both)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also run the bfloat16 value probe of every natively fed op here (AVX-512 CPUs)")
+
+
+def _devices():
+    import mxnet as mx
+    return ["cpu"] + (["gpu"] if mx.context.num_gpus() > 0 else [])
+
+
+def _cpu_line():
+    from .policy import _cpu_flags
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    flags = _cpu_flags()
+    return "CPU: %s; %s" % (model, ", ".join("%s %s" % (f, "yes" if f in flags else "no") for f in _CPU_FLAGS))
+
+
+def _wrap(title, names):
+    text = "%s (%d): %s" % (title, len(names), ", ".join(sorted(names)) or "none")
+    return textwrap.wrap(text, 100, initial_indent="    ", subsequent_indent="      ")
+
+
+def format_report(dtypes=lists.DTYPES):
+    """Return the report as text (no probe run)."""
+    import mxnet as mx
+    lines = [_cpu_line(), "MXNet %s, oneDNN %s, GPUs: %d" % (
+        mx.__version__, "on" if mx.runtime.Features().is_enabled("MKLDNN") else "off", mx.context.num_gpus())]
+    for dtype in dtypes:
+        policy = make_policy(dtype)
+        lp16 = [op for op in lists.list_lp16_ops(dtype) if op in lists.registered_forward_ops()]
+        for device in _devices():
+            native = native_support(dtype, device)
+            lines.append("%s on %s: %s" % (dtype, device.upper(), "native kernels" if native else
+                                           "emulated (float32 kernels on values rounded to %s)" % dtype))
+            modes = {mode: [op for op in lp16 if policy.lp16_mode(op, device) == mode]
+                     for mode in (NATIVE, FLOAT32, EMULATED)}
+            lines += _wrap("low precision ops with a native kernel", modes[NATIVE])
+            if native:
+                lines += _wrap("low precision ops in float32 here (no %s kernel)" % dtype, modes[FLOAT32])
+            else:
+                lines.append("    every low precision op is emulated (%d)" % len(modes[EMULATED]))
+        if dtype == "bfloat16":
+            bad = sorted({op for run in lists.native_evidence()["runs"] for op, row in run["ops"].items()
+                          if row["verdict"] in lists.BAD_VERDICTS})
+            lines += _wrap("kept in float32: bfloat16 kernel failed the value probe", bad)
+    return "\n".join(lines)
+
+
+def probe_verdict(rows):
+    """Return ``(ok, text)``: whether the probe ``rows`` ``{op: row}`` agree with the bfloat16 lists."""
+    fed = lists.natively_fed_ops("bfloat16", "cpu")
+    bad = {op: row for op, row in rows.items() if row["verdict"] in lists.BAD_VERDICTS and op in fed}
+    counts = {}
+    for row in rows.values():
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    summary = ", ".join("%d %s" % (n, v) for v, n in sorted(counts.items()))
+    if not bad:
+        return True, "verdict: OK: every op the lists feed bfloat16 natively matches float32 here (%s)" % summary
+    detail = "; ".join("%s: %s %s" % (op, row["verdict"], row.get("why", "rel %.2g" % row.get("rel", 0)))
+                       for op, row in sorted(bad.items()))
+    return False, ("verdict: FAILED: the lists feed bfloat16 to ops whose kernel is wrong here (%s); add them "
+                   "to fp32_ops and report it: %s" % (summary, detail))
+
+
+def run(args):
+    """Print the report (and the probe's verdict); return 0, or 1 when the probe found a bad kernel."""
+    dtypes = (args.dtype,) if args.dtype else lists.DTYPES
+    print(format_report(dtypes))
+    if not args.probe:
+        return 0
+    if not native_support("bfloat16", "cpu"):
+        raise ValueError("--probe needs a CPU where oneDNN runs bfloat16 natively (AVX-512: avx512f, avx512bw, "
+                         "avx512vl, avx512dq); this one emulates bfloat16, so there is no native kernel to probe")
+    from . import _ext
+    from .probe import probe_values
+    print("probing %d ops (each in a child process; about a minute)..." % len(
+        lists.natively_fed_ops("bfloat16", "cpu")), flush=True)
+    ok, text = probe_verdict(probe_values(sorted(lists.natively_fed_ops("bfloat16", "cpu") - set(_ext.OP_NAMES))))
+    print(text)
+    return 0 if ok else 1
