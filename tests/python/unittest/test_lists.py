@@ -348,3 +348,31 @@ def test_ops_said_to_commute_with_rounding_do(dtype):
     assert not lists.commutes_with_rounding("Pooling", {"pool_type": "avg"})
     assert not lists.commutes_with_rounding("Activation", {"act_type": "sigmoid"})
     assert not lists.commutes_with_rounding("Dropout")
+
+
+# ---- native bfloat16 evidence (lists/native_bf16_cpu.json, recorded by tools/probe_bf16.py --values) ----------
+def _fed_bf16():
+    return lists.natively_fed_ops("bfloat16", "cpu") - set(_ext.OP_NAMES)  # ours: test_kernels.py
+
+
+def test_evidence_file_is_well_formed_and_covers_every_natively_fed_op():
+    evidence = lists.native_evidence()
+    assert set(evidence["verdicts"]) == set(lists.BAD_VERDICTS) | {"ok", "skip"}
+    assert len(evidence["runs"]) >= 2 and len({r["meta"]["cpu"] for r in evidence["runs"]}) == len(evidence["runs"])
+    for run in evidence["runs"]:
+        assert {"cpu", "mxnet", "date", "tolerance", "command"} <= set(run["meta"]), run["meta"]
+        assert {row["verdict"] for row in run["ops"].values()} <= set(evidence["verdicts"])
+        missing = sorted(_fed_bf16() - set(run["ops"]))
+        assert not missing, "%s: not probed (re-record: tools/probe_bf16.py --values --out ...): %s" % (
+            run["meta"]["cpu"], missing)
+
+
+def test_no_op_fed_bf16_natively_failed_the_value_probe_anywhere():
+    fed = _fed_bf16()
+    for run in lists.native_evidence()["runs"]:
+        bad = {op: row for op, row in run["ops"].items() if row["verdict"] in lists.BAD_VERDICTS}
+        assert not fed & set(bad), (run["meta"]["cpu"], {op: bad[op] for op in fed & set(bad)})
+        for op in bad:  # such ops get float32 around them (or are low precision without a native kernel)
+            cat = lists.category(op, "bfloat16")
+            assert cat == "fp32" or (cat == "lp16" and op not in lists.native_lp16_ops("bfloat16", "cpu")), op
+    assert lists.category("transpose", "bfloat16") == "fp32" and lists.category("transpose", "float16") == "neutral"

@@ -1,0 +1,258 @@
+"""The native bfloat16 path (oneDNN on AVX-512 CPUs): graph rules proven on every machine, numerics where the
+CPU runs bfloat16 natively (``requires_native_bf16`` skips with a reason elsewhere).
+
+Rules: ops whose bfloat16 kernel failed the value probe (``lists/native_bf16_cpu.json``) never get a bfloat16
+input; ops without a native kernel run in plain float32 there (no rounding); outputs come back in float32.
+"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import amp, autograd, gluon
+from mxnet.gluon import nn
+from mxnet.gluon.model_zoo import vision
+from mxnet.amp import convert as C, graph, lists
+from mxnet.amp.policy import make_policy
+
+from amp_testing import requires_native_bf16
+
+
+class Encoder(gluon.HybridBlock):
+    """Post-LN transformer encoder block: multi-head attention with transposes and batch_dot, FFN."""
+
+    def __init__(self, units=64, heads=4, hidden=128, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.heads = units, heads
+        with self.name_scope():
+            self.q, self.k, self.v, self.o = (nn.Dense(units, flatten=False) for _ in range(4))
+            self.f1 = nn.Dense(hidden, flatten=False, activation="relu")
+            self.f2 = nn.Dense(units, flatten=False)
+            self.n1, self.n2 = nn.LayerNorm(), nn.LayerNorm()
+
+    def hybrid_forward(self, F, x):
+        h, d = self.heads, self.units // self.heads
+
+        def split(t):
+            return F.reshape(F.transpose(F.reshape(t, shape=(0, 0, h, d)), axes=(0, 2, 1, 3)), shape=(-3, 0, 0))
+        att = F.softmax(F.batch_dot(split(self.q(x)), split(self.k(x)), transpose_b=True) / np.sqrt(d))
+        o = F.reshape(F.batch_dot(att, split(self.v(x))), shape=(-4, -1, h, 0, 0))
+        o = F.reshape(F.transpose(o, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        x = self.n1(x + self.o(o))
+        return self.n2(x + self.f2(self.f1(x)))
+
+
+def _encoder():
+    mx.random.seed(0)
+    net = Encoder()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (2, 16, 64)))
+    return net, x
+
+
+def _resnet(size=64):
+    mx.random.seed(0)
+    net = vision.resnet18_v1(classes=10)
+    net.initialize(mx.init.Xavier(magnitude=2))
+    x = mx.nd.array(np.random.RandomState(1).uniform(0, 1, (2, 3, size, size)))
+    net(x)
+    rng = np.random.RandomState(2)
+    for p in net.collect_params().values():  # statistics that make BatchNorm matter
+        if p.name.endswith(("running_var", "gamma")):
+            p.set_data(mx.nd.array(rng.uniform(0.5, 1.5, p.shape)))
+        elif p.name.endswith(("running_mean", "beta")):
+            p.set_data(mx.nd.array(rng.uniform(-0.2, 0.2, p.shape)))
+    net.hybridize()
+    return net, x
+
+
+def _deviation(got, ref):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _input_dtypes(sym, input_dtypes):
+    """``[(node op, [dtype of each input])]`` of a graph, by MXNet's type inference."""
+    gdict = json.loads(sym.tojson(remove_amp_cast=False))
+    dtypes = graph.infer_entry_dtypes(gdict, input_dtypes)
+    return [(n["op"], [dtypes.get((s, i)) for s, i, _ in n["inputs"]]) for n in gdict["nodes"]]
+
+
+_BROKEN = {op for run in lists.native_evidence()["runs"] for op, row in run["ops"].items()
+           if row["verdict"] in lists.BAD_VERDICTS}
+
+
+# ---- every machine: the structure of native graphs -----------------------------------------------------
+@pytest.mark.parametrize("fuse", [True, False])
+def test_converted_native_graph_keeps_bf16_away_from_broken_kernels(fuse):
+    net, x = _encoder()
+    inputs, sym, params = C.block_graph(net, [x])
+    out = C.convert(sym, params, {}, "bfloat16", emulate=False, fuse=fuse, cast_params_offline=True)
+    dtypes = dict({k: v.dtype for k, v in out.arg_params.items()}, data=np.float32)
+    nodes = _input_dtypes(out.symbol, dtypes)
+    assert any(op == "transpose" for op, _ in nodes)
+    for op, ins in nodes:
+        if op in _BROKEN:
+            assert "bfloat16" not in ins, (op, ins)
+    assert any("bfloat16" in ins for op, ins in nodes if op in ("FullyConnected", "_sg_mkldnn_fully_connected"))
+
+
+def test_amp_init_graph_keeps_bf16_away_from_broken_kernels():
+    net, x = _encoder()
+    _, sym, _ = C.block_graph(net, [x])
+    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
+    for op, ins in _input_dtypes(low, {"data": np.float32}):
+        if op in _BROKEN:
+            assert "bfloat16" not in ins, (op, ins)
+
+
+def test_native_device_runs_ops_without_kernels_in_plain_float32(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU, whatever this one is
+    net, x = _encoder()
+    inputs, sym, params = C.block_graph(net, [x])
+    out = C.convert(sym, params, {}, "bfloat16", fuse=False)
+    assert not out.summary.emulated and dict(out.summary.lp16_modes)["float32"] == 2  # two batch_dots
+    nodes = _input_dtypes(out.symbol, {"data": np.float32})
+    assert all(ins == ["float32", "float32"] for op, ins in nodes if op == "batch_dot")
+    assert not any(op == "amp_round" for op, _ in nodes)
+    assert "in float32 (no bfloat16 kernel" in out.summary.format()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_outputs_come_back_in_float32_unless_kept(keep):
+    net, x = _resnet(32)
+    inputs, sym, params = C.block_graph(net, [x])
+    args = {k: v for k, v in params.items() if k in sym.list_arguments()}
+    aux = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
+    out = C.convert(sym, args, aux, "bfloat16", emulate=False, keep_lp16_outputs=keep)
+    dtypes = dict({k: v.dtype for k, v in dict(out.arg_params, **out.aux_params).items()}, data=np.float32)
+    heads = graph.infer_entry_dtypes(json.loads(out.symbol.tojson(remove_amp_cast=False)), dtypes)
+    gdict = json.loads(out.symbol.tojson(remove_amp_cast=False))
+    assert [heads[tuple(h[:2])] for h in gdict["heads"]] == ["bfloat16" if keep else "float32"]
+
+
+def test_hardware_report_names_dtypes_and_ops():
+    text = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware"], capture_output=True, text=True,
+                          check=True, timeout=300).stdout
+    assert "bfloat16 on CPU: " in text and "float16 on CPU: emulated" in text
+    assert "kept in float32: bfloat16 kernel failed the value probe" in text and "transpose" in text
+    native = amp.policy.native_support("bfloat16", "cpu")
+    assert ("low precision ops in float32 here (no bfloat16 kernel)" in text) == native
+    if not native:
+        bad = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--probe"], capture_output=True,
+                             text=True, timeout=300)
+        assert bad.returncode == 2 and "--probe needs a CPU where oneDNN runs bfloat16 natively" in bad.stderr
+
+
+# ---- AVX-512: the native kernels ------------------------------------------------------------------------
+@requires_native_bf16
+def test_value_probe_confirms_the_evidence_here():
+    from mxnet.amp.probe import probe_values
+    from mxnet.amp.hardware import probe_verdict
+    rows = probe_values(["transpose", "Convolution", "FullyConnected", "BatchNorm", "Pooling", "Concat",
+                         "_np_transpose", "SwapAxis", "elemwise_add"])
+    assert rows["transpose"]["verdict"] == "crash"  # oneDNN's bf16 transpose: heap corruption, every shape
+    assert all(rows[op]["verdict"] == "ok" for op in rows if op != "transpose"), rows
+    ok, text = probe_verdict(rows)
+    assert ok and text.startswith("verdict: OK")
+
+
+@requires_native_bf16
+def test_conv_net_native_is_as_accurate_as_emulation():
+    net, x = _resnet()
+    ref = net(x).asnumpy()
+    native = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
+    out = native(x)
+    assert out.dtype == np.float32
+    dev_native = _deviation(out.asnumpy(), ref)
+    dev_emulated = _deviation(C.convert_hybrid_block(net, x, "bfloat16", emulate=True)(x).asnumpy(), ref)
+    # One rounding of the folded weights: oneDNN's own conv+BatchNorm fusion gave ~7x emulation's deviation.
+    assert dev_native <= 2 * dev_emulated and dev_native < 2e-2, (dev_native, dev_emulated)
+    for name, p in native.collect_params().items():  # readable whatever layout oneDNN left them in
+        assert np.isfinite(mx.nd.amp_cast(p.data(), dtype="float32").asnumpy()).all(), name
+
+
+@requires_native_bf16
+@pytest.mark.parametrize("fuse", [True, False])
+def test_transformer_block_native_runs_and_matches(fuse):
+    net, x = _encoder()
+    ref = net(x).asnumpy()
+    low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=fuse)
+    got = low(x)
+    assert got.dtype == np.float32
+    assert _deviation(got.asnumpy(), ref) <= 5e-3
+
+
+@requires_native_bf16
+def test_numpy_mode_block_with_bf16_params_runs_natively():
+    mx.npx.set_np()
+    try:
+        net = nn.HybridSequential()
+        net.add(nn.Conv2D(16, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"), nn.Dense(4))
+        net.initialize()
+        x = mx.np.array(np.random.RandomState(4).uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32))
+        ref = net(x).asnumpy()
+        low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
+        assert any("bfloat16" in str(p.dtype) for p in low.collect_params().values())
+        got = low(x)
+        assert isinstance(got, mx.np.ndarray) and got.dtype == np.float32
+        assert _deviation(got.asnumpy(), ref) < 2e-2
+    finally:
+        mx.npx.reset_np()
+
+
+@requires_native_bf16
+def test_native_graph_exports_to_onnx(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    net, x = _resnet(32)
+    low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
+    ref = low(x).asnumpy()  # runs first: oneDNN reorders the bf16 weights in place
+    path = amp.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.asnumpy()})[0]
+    assert _deviation(got, ref) <= 1e-2
+
+
+@requires_native_bf16
+def test_amp_init_trains_resnet_block_close_to_float32():
+    def run(use_amp, emulate=None):
+        amp.reset()
+        if use_amp:
+            amp.init("bfloat16", emulate=emulate)
+        mx.random.seed(3)
+        net = nn.HybridSequential()
+        net.add(nn.Conv2D(16, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+                nn.Conv2D(16, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+                nn.GlobalAvgPool2D(), nn.Dense(4))
+        net.initialize(mx.init.Xavier())
+        net.hybridize()
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05})
+        if use_amp:
+            amp.init_trainer(trainer)
+        rng = np.random.RandomState(5)
+        x = mx.nd.array(rng.uniform(-1, 1, (8, 3, 8, 8)))
+        y = mx.nd.array(rng.randint(0, 4, 8))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        losses, grads = [], []
+        for _ in range(4):
+            with autograd.record():
+                loss = loss_fn(net(x), y).mean()
+                if use_amp:
+                    with amp.scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+                else:
+                    loss.backward()
+            grads.append(mx.nd.amp_cast(net[0].weight.grad(), dtype="float32").asnumpy())
+            trainer.step(1)
+            losses.append(float(loss.asnumpy()))
+        return np.array(losses), grads[0]  # the first step's gradient: both runs from the same weights
+    ref_loss, ref_grad = run(False)
+    loss, grad = run(True)
+    _, emulated_grad = run(True, emulate=True)
+    assert np.isfinite(loss).all() and loss[-1] < loss[0]
+    np.testing.assert_allclose(loss, ref_loss, rtol=3e-2)
+    # bfloat16's own error (emulation: float32 kernels on rounded values) bounds the native kernels' error
+    assert _deviation(grad, ref_grad) <= 1.25 * _deviation(emulated_grad, ref_grad) + 1e-3
