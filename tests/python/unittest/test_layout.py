@@ -254,9 +254,9 @@ def test_emulated_graph_matches_original(name):
 
 
 # Run in a child process, so that a crash fails the test: on AVX-512 CPUs oneDNN keeps convolution
-# outputs in its nhwc layout, and MXNet 1.9.1's BatchNorm(axis=3) of an (N, 1, 1, C) tensor, which it
-# reshapes to (N, C, 1, 1) as a view, then reuses the primitive cached by an NCHW BatchNorm of
-# the (N, C, 1, 1) convolution output: segmentation fault.
+# outputs in its nhwc layout, and MXNet 1.9.1's BatchNorm(axis=3) of an (N, 1, 1, C) tensor, whose
+# input and output it reshapes to (N, C, 1, 1) as views, then reuses the primitive cached by an NCHW
+# BatchNorm of the (N, C, 1, 1) convolution output: segmentation fault or heap corruption.
 _ONE_BY_ONE_MAP = textwrap.dedent('''
     import mxnet as mx, numpy as np
     from mxnet.gluon import nn

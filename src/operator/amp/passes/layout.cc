@@ -239,10 +239,10 @@ class LayoutPass {
   /*!
    * \brief Emulation: BatchNorm over the channels of a channels-last tensor as BatchNorm(axis=1) of
    * its (-1, C, 1, 1) Reshape, reshaped back (to (-1, C), then like the input): the same values.
-   * MXNet 1.9.1's oneDNN BatchNorm makes that reshape itself for axis != 1, as a view of the input,
-   * and can then reuse a primitive cached for a tensor of those dims in oneDNN's nhwc layout (an
-   * earlier channels-first BatchNorm after a convolution with a 1x1 map, on CPUs where oneDNN picks
-   * nhwc: AVX-512); the process crashes. A Reshape node gives BatchNorm a tensor of its own. A
+   * MXNet 1.9.1's oneDNN BatchNorm makes that reshape itself for axis != 1, as views of its input and
+   * output, and can then reuse a primitive cached for a tensor of those dims in oneDNN's nhwc layout
+   * (an earlier channels-first BatchNorm after a convolution with a 1x1 map, on CPUs where oneDNN
+   * picks nhwc: AVX-512); the process crashes. Reshape nodes give BatchNorm its own tensors. A
    * BatchNorm over another axis stays channels-first.
    */
   bool EmulateBatchNorm(Node* n, int rank, const AxisOp* axis_op) {
