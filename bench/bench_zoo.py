@@ -1,14 +1,15 @@
 """bfloat16 conversion of GluonCV model-zoo networks: does each convert and run, how far from float32, how fast.
 
-For every model (random weights, ``pretrained=False``; BatchNorm statistics set away from 0/1 so that folding
-matters), in a child process of its own per converter (a crash ends only that row): the float32 output, then
+For every model (random weights, ``pretrained=False``; with ``--bn-stats random`` BatchNorm's statistics and
+scales are drawn away from 0 and 1, as in a trained net, and folding them into the convolutions matters; with
+``default`` they keep Gluon's initial values), in a child process of its own per converter (a crash ends only that row): the float32 output, then
 ``mxnet.amp.convert_hybrid_block(net, x, 'bfloat16')`` with default options and ``mxnet.contrib.amp``'s
 ``convert_hybrid_block`` (the peer we measure against). Prints the max deviation ``max|y - y_fp32| /
 max|y_fp32|`` of the first output and the best of ``--repeat`` times, side by side. Detection outputs are
 ranked and suppressed boxes, so their deviation is shown for information only; classifiers are the
 accuracy comparison. Needs ``pip install gluoncv==0.10.5.post0 "opencv-python-headless<4.11" numpy==1.23.5``.
 
-Usage: python bench/bench_zoo.py [--models a,b] [--repeat 3]
+Usage: python bench/bench_zoo.py [--models a,b] [--repeat 3] [--bn-stats random|default]
 """
 import argparse
 import json
@@ -47,7 +48,7 @@ MODELS = {
 CONVERTERS = ("ours", "contrib")
 
 
-def build(name):
+def build(name, bn_stats="random"):
     """Return ``(net, x)``: the model with deterministic random weights, hybridized, run once."""
     import mxnet as mx
     from gluoncv import model_zoo
@@ -58,7 +59,7 @@ def build(name):
     x = mx.nd.array(np.random.RandomState(0).uniform(0, 1, MODELS[name][0]))
     net(x)
     rng = np.random.RandomState(1)
-    for p in net.collect_params().values():
+    for p in net.collect_params().values() if bn_stats == "random" else ():
         if p.name.endswith(("running_var", "gamma")):
             p.set_data(mx.nd.array(rng.uniform(0.5, 1.5, p.shape)))
         elif p.name.endswith(("running_mean", "beta")):
@@ -73,12 +74,12 @@ def _first(out):
     return (mx.nd.amp_cast(out, dtype="float32") if "bfloat16" in str(out.dtype) else out).asnumpy()
 
 
-def child(name, converter, repeat):
+def child(name, converter, repeat, bn_stats):
     """Convert and time one model in this process; return a JSON-safe dict."""
     import warnings
     import mxnet as mx
     warnings.filterwarnings("ignore")
-    net, x = build(name)
+    net, x = build(name, bn_stats)
     ref = _first(net(x))
     fp32 = _best(lambda: _first(net(x)), repeat)
     if converter == "ours":
@@ -102,8 +103,9 @@ def _best(func, repeat):
     return best
 
 
-def run_child(name, converter, repeat, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, converter, "--repeat", str(repeat)]
+def run_child(name, converter, repeat, timeout, bn_stats):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, converter, "--repeat", str(repeat),
+           "--bn-stats", bn_stats]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -120,18 +122,21 @@ def main(argv=None):
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per model and converter")
+    parser.add_argument("--bn-stats", choices=("random", "default"), default="random",
+                        help="BatchNorm statistics and scales: drawn away from 0/1, or Gluon's initial ones")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "CONVERTER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.repeat)))
+        print(json.dumps(child(args.child[0], args.child[1], args.repeat, args.bn_stats)))
         return 0
     from mxnet.amp import policy
     print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if policy.native_support("bfloat16", "cpu")
                                         else "emulated (no AVX-512): deviations only, speed is not bf16's"))
+    print("BatchNorm statistics: %s; batch 1, best of %d" % (args.bn_stats, args.repeat))
     print("%-28s %-13s | %-22s | %-22s | %s" % ("model", "kind", "mxnet.amp dev / vs fp32",
                                                 "contrib dev / vs fp32", "ours/contrib dev"))
     for name in args.models.split(","):
-        res = {c: run_child(name, c, args.repeat, args.timeout) for c in CONVERTERS}
+        res = {c: run_child(name, c, args.repeat, args.timeout, args.bn_stats) for c in CONVERTERS}
         cells = []
         for c in CONVERTERS:
             r = res[c]

@@ -261,3 +261,11 @@ def test_amp_init_trains_resnet_block_close_to_float32():
     np.testing.assert_allclose(loss, ref_loss, rtol=3e-2)
     # bfloat16's own error (emulation: float32 kernels on rounded values) bounds the native kernels' error
     assert _deviation(grad, ref_grad) <= 1.25 * _deviation(emulated_grad, ref_grad) + 1e-3
+
+
+@requires_native_bf16
+def test_hardware_probe_gives_a_verdict_here():
+    proc = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--probe", "--dtype", "bfloat16"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("verdict: OK: every op the lists feed bfloat16")
