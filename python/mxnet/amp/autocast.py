@@ -76,7 +76,7 @@ def _active_policy():
 
 
 def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None,
-         emulate=None, layout_optimization=False):
+         emulate=None, layout_optimization=False, *, extra_lp16_ops=None, extra_fp32_ops=None):
     """Turn on automatic mixed precision for everything that runs afterwards.
 
     Call it before building the model. Calling it again with the same settings does nothing; with other
@@ -87,11 +87,14 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target_dtype : {'float16', 'bfloat16'}
         The low precision type.
     target_precision_ops : list of str, optional
-        Ops to run in ``target_dtype`` on top of the built-in list.
+        Replaces the built-in list of ops that run in ``target_dtype``, as in ``mxnet.contrib.amp``: ops of
+        the built-in list missing from it become dtype-neutral (run in whatever type arrives).
     conditional_fp32_ops : list of (str, str, list of str), optional
-        ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``.
+        ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``. Replaces
+        the built-in entries (the ops they named become dtype-neutral unless listed again).
     fp32_ops : list of str, optional
-        Ops to run in float32 on top of the built-in list.
+        Replaces the built-in list of ops that run in float32 (loss outputs included); ops of the built-in
+        list missing from it become dtype-neutral.
     emulate : bool, optional
         Force (True) or forbid (False) emulation: values are rounded to ``target_dtype`` around low precision
         ops while kernels run in float32. The default picks per device: native on GPUs and on CPUs with
@@ -100,6 +103,9 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         Also rewrite hybridized graphs on GPU contexts to channels-last convolutions (tensor cores run
         low precision convolutions fastest in NHWC). On CPU contexts it is skipped with a warning: MXNet
         1.9.1 runs convolutions only in NCHW there.
+    extra_lp16_ops, extra_fp32_ops : list of str, optional
+        Ops to run in ``target_dtype`` / float32 *on top of* the lists (built-in or given); everything else
+        keeps its treatment. Use these to adjust a few ops (``extra_fp32_ops=["FullyConnected"]``).
 
     Raises
     ------
@@ -117,7 +123,8 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     >>> amp.reset()             # back to plain MXNet
     """
     policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
-                         layout_optimization=layout_optimization)
+                         layout_optimization=layout_optimization, extra_lp16_ops=extra_lp16_ops,
+                         extra_fp32_ops=extra_fp32_ops)
     if _STATE.policy is not None:
         if _STATE.policy == policy:
             return
