@@ -166,7 +166,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     params_cast, storage = {}, {}
     if cast_params_offline:
         gdict, storage = _cast_params_in_graph(gdict, _param_names(sym, params, input_names),
-                                               policy.target_dtype)
+                                               policy.target_dtype, var_dtypes)
         params_cast = _cast_arrays({n: params[n] for n in storage if n in params}, storage, policy.target_dtype)
         params_cast.update({n: None for n in storage if n not in params})  # convert_symbol: no arrays
     known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
@@ -517,12 +517,14 @@ def _policy_for_fused_nodes(sym, policy):
                    lp16_ops=None if policy.lp16_ops is None else policy.lp16_ops + tuple(sorted(lp16)))
 
 
-def _cast_params_in_graph(gdict, param_names, target):
-    """Store parameters that are only read through casts to ``target`` in ``target``; drop those casts.
+def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
+    """Store parameters that are only read in one low precision dtype in that dtype; drop the casts.
 
-    Returns ``(new graph dict, {name: storage dtype name})``. A parameter only read through emulation
-    rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32 storage, rounded to
-    ``target`` offline, and its rounding nodes disappear.
+    Returns ``(new graph dict, {name: storage dtype name})``. A parameter is stored in ``target`` when every
+    reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target``, and
+    in float16/bfloat16 when every reader is the user's own ``amp_cast`` to that dtype. A parameter only read
+    through emulation rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32
+    storage, rounded to ``target`` offline, and its rounding nodes disappear.
     """
     nodes = gdict["nodes"]
     readers = {}
@@ -530,6 +532,7 @@ def _cast_params_in_graph(gdict, param_names, target):
         for src, _, _ in node["inputs"]:
             readers.setdefault(src, []).append(nid)
     head_ids = {h[0] for h in gdict["heads"]}
+    dtypes = None
     alias, storage = {}, {}
     for vid, node in enumerate(nodes):
         if node["op"] != "null" or node["name"] not in param_names or vid in head_ids:
@@ -537,10 +540,11 @@ def _cast_params_in_graph(gdict, param_names, target):
         first = readers.get(vid, [])
         if not first or any(c in head_ids for c in first):
             continue
+        cast_dtypes = {nodes[c]["attrs"]["dtype"] if nodes[c]["op"] == "amp_cast" else None for c in first}
         if all(_is_round(nodes[c], target) for c in first):
             alias.update({(c, 0): (vid, 0) for c in first})
             storage[node["name"]] = "float32"
-        elif all(_is_cast_to(nodes[c], target) for c in first):
+        elif cast_dtypes == {target}:
             ups = [r for c in first for r in readers.get(c, [])]
             if len(first) == 1 and ups and all(_is_cast_to(nodes[u], "float32") for u in ups):
                 alias.update({(u, 0): (vid, 0) for u in ups})  # an amp_cast round trip
@@ -548,8 +552,20 @@ def _cast_params_in_graph(gdict, param_names, target):
                 storage[node["name"]] = "float32"
             else:
                 alias.update({(c, 0): (vid, 0) for c in first})
-                node.setdefault("attrs", {})["__dtype__"] = graph.TYPE_CODES[target]
                 storage[node["name"]] = target
+        elif len(cast_dtypes) == 1 and cast_dtypes <= {"float16", "bfloat16"}:  # the user's own casts
+            alias.update({(c, 0): (vid, 0) for c in first})
+            storage[node["name"]] = cast_dtypes.pop()
+        elif all(nodes[c]["op"] == "amp_multicast" for c in first):
+            if dtypes is None:
+                dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
+            slots = [(c, k) for c in first for k, e in enumerate(nodes[c]["inputs"]) if e[0] == vid]
+            if all(dtypes.get(slot) == target for slot in slots):
+                storage[node["name"]] = target
+    for name, dtype in storage.items():
+        if dtype != "float32":
+            node = next(n for n in nodes if n["op"] == "null" and n["name"] == name)
+            node.setdefault("attrs", {})["__dtype__"] = graph.TYPE_CODES[dtype]
     if not alias:
         return gdict, storage
     return graph.compact(gdict, {nid for nid, _ in alias}, alias), storage
@@ -564,14 +580,14 @@ def _is_cast_to(node, dtype):
 
 
 def _cast_arrays(arrays, storage, target):
-    """Cast ``arrays`` to ``target``, then back to float32 where ``storage[name]`` is float32 (emulation)."""
+    """Cast ``arrays`` to ``storage[name]``; float32 storage means rounded to ``target`` (emulation)."""
     from . import _ext
     groups = {}
     for name, arr in arrays.items():
         groups.setdefault((storage[name], str(arr.context)), []).append(name)
     out = {}
     for (kind, _), names in sorted(groups.items()):
-        cast = _ext.multi_cast([arrays[n] for n in names], target)
+        cast = _ext.multi_cast([arrays[n] for n in names], target if kind == "float32" else kind)
         if kind == "float32":
             cast = _ext.multi_cast(cast, "float32")
         out.update(zip(names, cast))
