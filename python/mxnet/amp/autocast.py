@@ -459,8 +459,29 @@ def _amp_bind(method):
             dtypes = {k: v.dtype for k, v in arrays.items()}
             shapes = {k: v.shape for k, v in arrays.items()}
         else:  # simple_bind(ctx, grad_req, type_dict, stype_dict, group2ctx, ..., **shapes)
-            dtypes = kwargs.get("type_dict") or {}
+            dtypes = _inferred_dtypes(self, kwargs.get("type_dict") or {})
             shapes = {k: v for k, v in kwargs.items() if k in names}
         sym, _ = graph.rewrite_symbol(self, policy, ctx.device_type, dtypes, shapes)
+        if not isinstance(arrays, dict):
+            sym = _with_dtypes(sym, dtypes)
         return original(sym, ctx, *args, **kwargs)
     return amp_bind
+
+
+def _inferred_dtypes(sym, type_dict):
+    """``type_dict`` completed with the dtypes the original graph infers from it (the parameters', say)."""
+    try:
+        arg_types, _, aux_types = sym.infer_type_partial(**type_dict)
+    except mx.base.MXNetError:
+        return dict(type_dict)
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    found = {k: t for k, t in zip(names, (arg_types or []) + (aux_types or [])) if t is not None}
+    return dict(found, **type_dict)
+
+
+def _with_dtypes(sym, dtypes):
+    """``sym`` with ``dtypes`` written into its variables' ``__dtype__``: a cast between a parameter and its
+    reader hides the parameter's type from ``simple_bind``'s type inference."""
+    gdict = json.loads(sym.tojson(remove_amp_cast=False))
+    out = mx.sym.load_json(json.dumps(dict(gdict, nodes=graph.with_var_dtypes(gdict["nodes"], dtypes))))
+    return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out
