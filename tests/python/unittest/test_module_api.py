@@ -28,8 +28,8 @@ def _batch(seed, bad=False):
     return mx.io.DataBatch([mx.nd.array(x)], bucket_key=5, provide_data=[mx.io.DataDesc("data", (BATCH, 5))])
 
 
-def _step(mod, batch, opt=None):
-    """One step with head gradients 1 (the gradient of sum(outputs)), scaled when ``opt`` has AMP."""
+def _backward(mod, batch, opt=None):
+    """Forward and backward with head gradients 1 (the gradient of sum(outputs)), scaled when ``opt`` is given."""
     mod.forward(batch, is_train=True)
     head = [mx.nd.ones((BATCH, 3))]
     if opt is None:
@@ -37,6 +37,10 @@ def _step(mod, batch, opt=None):
     else:
         with amp.scale_loss(head, opt) as scaled:
             mod.backward(scaled)
+
+
+def _step(mod, batch, opt=None):
+    _backward(mod, batch, opt)
     return mod.update()
 
 
@@ -102,14 +106,8 @@ def test_unscale_an_optimizer_before_clipping():
     mod, ref = _module(opt), _module(_optimizer("sgd"))
     with pytest.raises(RuntimeError, match="no Module using this optimizer has run backward"):
         amp.unscale(opt)
-    for m, o in ((mod, opt), (ref, None)):
-        m.forward(_batch(0), is_train=True)
-        head = [mx.nd.ones((BATCH, 3))]
-        if o is None:
-            m.backward(head)
-        else:
-            with amp.scale_loss(head, o) as scaled:
-                m.backward(scaled)
+    _backward(mod, _batch(0), opt)
+    _backward(ref, _batch(0))
     amp.unscale(opt)
     for g, r in zip(mod._exec_group.grad_arrays, ref._exec_group.grad_arrays):
         np.testing.assert_array_equal(g[0].asnumpy(), r[0].asnumpy())

@@ -40,7 +40,7 @@ __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "catego
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
            "commutes_with_rounding",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
-           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "symbol_fp16",
+           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists", "symbol_fp16",
            "symbol_bf16"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
@@ -372,6 +372,20 @@ def list_lp16_use_fp32_params(dtype):
         inputs = [n for n, t in zip(args.names, args.types) if t.startswith("NDArray")]
         out[op] = [""] + inputs[1:]
     return out
+
+
+def upstream_lists(dtype):
+    """Return ``mxnet.contrib.amp``'s six lists for ``dtype``, built from the tables (see :mod:`.symbol_fp16`).
+
+    Returns
+    -------
+    tuple of list
+        ``(low precision, dtype-neutral, float32 with the loss outputs, conditional entries, widest type casts,
+        loss outputs)``.
+    """
+    return (list_lp16_ops(dtype), list_lp16_fp32_ops(dtype),
+            sorted(list_fp32_ops(dtype) + list_loss_output_functions(dtype)), list_conditional_fp32_ops(dtype),
+            list_widest_type_cast(dtype), list_loss_output_functions(dtype))
 
 
 from . import symbol_bf16, symbol_fp16  # noqa: E402  (upstream's list modules, derived from the tables above)

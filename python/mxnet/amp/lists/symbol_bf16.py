@@ -6,16 +6,11 @@ and the ops of ``CONDITIONAL_FP32_FUNCS``; ``LOSS_OUTPUT_FUNCTIONS`` is the part
 gradient the loss scale reaches through an attribute. ``BF16_USE_FP32_PARAMS`` maps the ops whose parameters
 stay float32 to their inputs (``''`` for the data).
 """
-from . import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
-               list_lp16_ops, list_lp16_use_fp32_params, list_widest_type_cast)
+from . import list_lp16_use_fp32_params, upstream_lists
 
 __all__ = ["BF16_FUNCS", "BF16_FP32_FUNCS", "FP32_FUNCS", "CONDITIONAL_FP32_FUNCS", "WIDEST_TYPE_CASTS",
            "LOSS_OUTPUT_FUNCTIONS", "BF16_USE_FP32_PARAMS"]
 
-BF16_FUNCS = list_lp16_ops("bfloat16")
-BF16_FP32_FUNCS = list_lp16_fp32_ops("bfloat16")
-FP32_FUNCS = sorted(list_fp32_ops("bfloat16") + list_loss_output_functions("bfloat16"))
-CONDITIONAL_FP32_FUNCS = list_conditional_fp32_ops("bfloat16")
-WIDEST_TYPE_CASTS = list_widest_type_cast("bfloat16")
-LOSS_OUTPUT_FUNCTIONS = list_loss_output_functions("bfloat16")
+(BF16_FUNCS, BF16_FP32_FUNCS, FP32_FUNCS, CONDITIONAL_FP32_FUNCS, WIDEST_TYPE_CASTS,
+ LOSS_OUTPUT_FUNCTIONS) = upstream_lists("bfloat16")
 BF16_USE_FP32_PARAMS = list_lp16_use_fp32_params("bfloat16")
