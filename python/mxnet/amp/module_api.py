@@ -1,4 +1,4 @@
-"""Loss scaling for the Module API: ``init_trainer``, ``scale_loss`` and ``unscale`` given an ``mx.optimizer.Optimizer``.
+"""Loss scaling for the Module API: ``init_trainer``, ``scale_loss`` and ``unscale`` given an optimizer.
 
 ``mxnet.contrib.amp`` 1.9.1 refuses an optimizer ("AMP is currently only compatible with Gluon Trainer"); here
 the optimizer given to ``Module.init_optimizer`` gets the same loss scaler and exact step skipping as a

@@ -40,8 +40,8 @@ __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "catego
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
            "commutes_with_rounding",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
-           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists", "symbol_fp16",
-           "symbol_bf16"]
+           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
+           "symbol_fp16", "symbol_bf16"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
