@@ -32,7 +32,7 @@ from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
 from . import graph
-from .policy import DISABLED_ATTR, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
+from .policy import DISABLED_ATTR, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
 
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
 
@@ -308,6 +308,8 @@ def _round_trip(arr, dtype):
 def _converter(policy, op, action, arrays):
     """Return the per-array conversion an imperative call needs (None when nothing is to be done)."""
     target = policy.target_dtype
+    if action == FOLLOW:
+        action = LP16 if any(_dtype_name(x) == target for x in arrays) else NEUTRAL
     if action == LP16 and policy.emulates(op, arrays[0].context.device_type):
         return lambda x: _round_trip(x, target) if _dtype_name(x) == "float32" else x
     if action == LP16:

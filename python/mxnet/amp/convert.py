@@ -143,8 +143,9 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     TypeError
         ``sym`` is not a Symbol or a parameter is not an NDArray.
     ValueError
-        Unknown dtype or op name, fusion asked for on a GPU or without oneDNN, or
-        ``cast_params_offline`` with neither parameters nor ``input_names``.
+        Unknown dtype or op name, an op in two overrides, a widest-type cast in ``target_dtype_ops`` or
+        ``fp32_ops`` (as upstream), fusion asked for on a GPU or without oneDNN, or ``cast_params_offline``
+        with neither parameters nor ``input_names``.
     """
     import mxnet as mx
     if not isinstance(sym, mx.sym.Symbol):
@@ -155,7 +156,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded_sym_names,
                          emulate, extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
-                         where="target_dtype_ops")
+                         where="target_dtype_ops", replace_widest=False)
     if fuse:
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
         policy = _policy_for_fused_nodes(sym, policy)

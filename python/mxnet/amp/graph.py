@@ -14,7 +14,7 @@ import json
 import numpy as np
 
 from . import lists
-from .policy import FP32, LP16, NEUTRAL, WIDEST, mx_dtype
+from .policy import FOLLOW, FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
            "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS",
@@ -129,6 +129,11 @@ class _Builder:
                         "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
         self.stats.casts += 1
         return (nid, 0)
+
+    def is_low(self, entry, dtype):
+        """Whether ``entry`` holds ``dtype`` values: of that dtype, or rounded to it (emulation)."""
+        node = self.nodes[entry[0]]
+        return self.dtype.get(entry) == dtype or (node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype)
 
     def round_trip(self, entry, dtype):
         """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision).
@@ -251,6 +256,8 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             action = NEUTRAL
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
+            if action == FOLLOW:
+                action = LP16 if any(e in unrounded or build.is_low(e, target) for e in inputs) else NEUTRAL
             build.stats.actions[action] += 1
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.

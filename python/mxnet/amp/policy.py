@@ -13,13 +13,16 @@ import numpy as np
 
 from . import lists
 
-__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "native_support"]
+__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "native_support"]
 
 #: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
 # Actions a node can get. Loss outputs and satisfied conditional entries resolve to FP32; the rest to NEUTRAL.
-LP16, FP32, NEUTRAL, WIDEST = "lp16", "fp32", "neutral", "widest"
+# FOLLOW (ops of a built-in list the user replaced): low precision when a floating input arrives in low precision
+# (the other inputs cast as the op's type inference wants), otherwise as it is: what upstream's conversion pass
+# does with an op of no list.
+LP16, FP32, NEUTRAL, WIDEST, FOLLOW = "lp16", "fp32", "neutral", "widest", "follow"
 
 #: Node attribute that marks graph nodes built inside ``amp.disable()``: the rewriter leaves them in fp32.
 DISABLED_ATTR = "__amp_disabled__"
@@ -40,8 +43,8 @@ class Policy:
 
     * **replacing** a built-in list, as ``mxnet.contrib.amp`` and MXNet 2.0 do (``lp16_ops``, ``fp32_ops``,
       ``conditional_fp32_ops`` not None): the given list is the whole list, and the ops the built-in list
-      held that the given one lacks become dtype-neutral (they run in whatever type arrives), the widest
-      type casts and the other lists staying as they are;
+      held that the given one lacks follow their inputs (``FOLLOW``: low precision when a floating input
+      arrives in low precision, else float32), the widest type casts and the other lists staying as they are;
     * **adding** to the built-in lists (``extra_lp16_ops``, ``extra_fp32_ops``): those ops move to that
       category, everything else keeps its built-in treatment.
 
@@ -94,7 +97,7 @@ class Policy:
         object.__setattr__(self, "_replaced", frozenset(replaced))
 
     def action(self, op, attrs=None, name=None):
-        """Return what AMP does at a node: one of ``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``.
+        """Return what AMP does at a node: one of ``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``, ``FOLLOW``.
 
         Parameters
         ----------
@@ -123,7 +126,7 @@ class Policy:
             return FP32
         category = lists.category(op, self.target_dtype)
         if category in self._replaced:
-            return NEUTRAL
+            return FOLLOW
         return _CATEGORY_ACTION.get(category, NEUTRAL)
 
     def conditional_fp32_applies(self, op, attrs=None):
@@ -196,12 +199,14 @@ def _check_conditional(entries):
 
 def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None, fp32_ops=None,
                 excluded_sym_names=None, emulate=None, layout_optimization=False, extra_lp16_ops=None,
-                extra_fp32_ops=None, where="target_precision_ops"):
+                extra_fp32_ops=None, where="target_precision_ops", replace_widest=True):
     """Validate user settings and return a frozen :class:`Policy` (see it for what each list means).
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
     when they are one operator). ``where`` is the caller's name of ``lp16_ops`` (``target_precision_ops``
-    in :func:`mxnet.amp.init`, ``target_dtype_ops`` in conversion), used in error messages.
+    in :func:`mxnet.amp.init`, ``target_dtype_ops`` in conversion), used in error messages. With
+    ``replace_widest=False`` (conversion, as upstream's ``convert_symbol``) the replacing lists may not name
+    widest-type casts; ``extra_lp16_ops``/``extra_fp32_ops`` always may.
 
     Raises
     ------
@@ -226,6 +231,15 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
                 raise ValueError("Operator %r is named in both %s and %s; each op may be overridden once"
                                  % (op, named[op], name))
             named[op] = name
+    if not replace_widest:
+        for name in (where, "fp32_ops"):
+            widest = [op for op in given[name] or () if lists.category(op, dtype) == "widest"]
+            if widest:
+                raise ValueError("%s names %s, which %s a widest-type cast (inputs cast to the widest type among "
+                                 "them); as in mxnet.contrib.amp, only low precision, float32, dtype-neutral and "
+                                 "conditional ops may be listed there. Use extra_fp32_ops / extra_lp16_ops to force "
+                                 "such an op" % (name, ", ".join(map(repr, widest)),
+                                                 "is" if len(widest) == 1 else "are"))
     aliases = {name: group for group in lists.alias_groups() for name in group}
 
     def with_aliases(ops):

@@ -19,7 +19,7 @@ import mxnet as mx
 from mxnet import amp
 from mxnet.gluon import nn
 from mxnet.amp.lists import symbol_bf16, symbol_fp16
-from mxnet.amp.policy import FP32, LP16, NEUTRAL, WIDEST, native_support
+from mxnet.amp.policy import FOLLOW, FP32, LP16, WIDEST, native_support
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 NATIVE_BF16 = native_support("bfloat16", "cpu")
@@ -201,7 +201,7 @@ def test_target_precision_ops_replaces_the_built_in_list():
     amp.init("bfloat16", target_precision_ops=["exp"])
     policy = amp.current_policy()
     assert policy.action("exp") == LP16
-    assert policy.action("FullyConnected") == NEUTRAL   # dropped from the replaced list: runs in what arrives
+    assert policy.action("FullyConnected") == FOLLOW    # dropped from the replaced list: follows its inputs
     assert policy.action("softmax") == FP32             # the other lists stay built-in
     assert policy.action("elemwise_add") == WIDEST
     x = mx.nd.array(np.random.RandomState(3).uniform(-1, 1, (4, 6)))
@@ -210,7 +210,49 @@ def test_target_precision_ops_replaces_the_built_in_list():
     with amp.disable():
         ref = mx.nd.FullyConnected(x, w, no_bias=True, num_hidden=5)
     assert out.dtype == np.float32
-    np.testing.assert_array_equal(out.asnumpy(), ref.asnumpy())  # plain float32, not rounded
+    np.testing.assert_array_equal(out.asnumpy(), ref.asnumpy())  # float32 inputs: plain float32, not rounded
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="runs oneDNN's bfloat16 FullyConnected (AVX-512)")
+def test_dropped_ops_follow_low_precision_inputs_imperatively():
+    amp.init("bfloat16", target_precision_ops=["exp"], emulate=False)
+    x = mx.nd.exp(mx.nd.array(np.random.RandomState(3).uniform(-1, 1, (4, 6))))
+    w = mx.nd.array(np.random.RandomState(4).uniform(-1, 1, (5, 6)))
+    assert x.dtype == BF16
+    out = mx.nd.FullyConnected(x, w, no_bias=True, num_hidden=5)  # the float32 weight is cast to bfloat16
+    assert out.dtype == BF16
+
+
+def test_dropped_ops_follow_low_precision_inputs_in_conversion():
+    class Net(nn.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2D(4, 3)
+            self.deconv = nn.Conv2DTranspose(4, 3)
+            self.dense = nn.Dense(4)
+
+        def hybrid_forward(self, F, x):
+            return self.dense(F.reshape(self.deconv(self.conv(x)), (0, -1)))
+
+    net = Net()
+    net.initialize(mx.init.Uniform(0.5))
+    x = mx.nd.array(np.random.RandomState(6).uniform(-1, 1, (2, 3, 8, 8)))
+    ref = net(x).asnumpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        low = amp.convert_hybrid_block(net, x, "bfloat16", target_dtype_ops=["Convolution"],
+                                       fp32_ops=["FullyConnected"], cast_params_offline=True)
+    dtypes = {k: p.dtype for k, p in low.collect_params().items()}
+    stored = BF16 if NATIVE_BF16 else np.float32  # emulation stores the rounded values in float32
+    assert dtypes == {p.name: (np.float32 if p in (net.dense.weight, net.dense.bias) else stored)
+                      for p in net.collect_params().values()}
+    # Deconvolution is in neither given list: its input arrives in bfloat16, so it runs in bfloat16 too
+    out = mx.nd.amp_cast(low(x), dtype="float32").asnumpy()
+    assert 0 < np.abs(out - ref).max() <= 2 ** -6 * np.abs(ref).max()
+    params = low.collect_params()
+    np.testing.assert_array_equal(
+        mx.nd.amp_cast(params[net.deconv.weight.name].data(), dtype="float32").asnumpy(),
+        mx.nd.amp_cast(mx.nd.amp_cast(net.deconv.weight.data(), dtype=BF16), dtype="float32").asnumpy())
 
 
 def test_empty_target_dtype_ops_leaves_fully_connected_in_float32():
@@ -232,10 +274,27 @@ def test_fp32_ops_and_conditional_fp32_ops_replace_the_built_in_lists():
                                   emulate=False, fuse=False)
     assert _casts_into(replaced, "soft") == {0: "float32"}  # named: float32
     sm = next(n for n in _nodes(replaced) if n["name"] == "sm")
-    assert _nodes(replaced)[sm["inputs"][0][0]]["name"] == "soft"  # softmax dropped from fp32: neutral
+    assert _nodes(replaced)[sm["inputs"][0][0]]["name"] == "soft"  # softmax dropped from fp32: follows (fp32)
     only_cond = amp.convert_symbol(out, "bfloat16", conditional_fp32_ops=[("softmax", "axis", ["-1"])],
                                    emulate=False, fuse=False)
-    assert _casts_into(only_cond, "soft") == {}  # the built-in softrelu entry was replaced
+    assert _casts_into(only_cond, "soft") == {}  # softrelu entry replaced: follows the bfloat16 FullyConnected
+
+
+def test_replacing_lists_are_validated_as_upstream():
+    x, y = mx.sym.var("x"), mx.sym.var("y")
+    res = mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True) + mx.sym.sin(y)
+    with pytest.raises(ValueError, match=r"fp32_ops names '_plus'.*widest-type cast.*extra_fp32_ops"):
+        amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], fp32_ops=["_plus"])
+    for kwargs in ({"fp32_ops": ["Activation"], "conditional_fp32_ops": [("Activation", "act_type", ["selu"])]},
+                   {"target_dtype_ops": ["FullyConnected"], "fp32_ops": ["FullyConnected"]}):
+        with pytest.raises(ValueError, match="named in both"):
+            amp.convert_symbol(res, "bfloat16", **kwargs)
+    low = amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], extra_fp32_ops=["_plus"],
+                             emulate=False, fuse=False)
+    add = next(n for n in _nodes(low) if n["op"] == "elemwise_add")  # `+` is _plus, an alias
+    assert set(_casts_into(low, add["name"]).values()) == {"float32"}  # the additive name may force it
+    amp.init("bfloat16", fp32_ops=["_plus"])  # amp.init does not restrict the lists, as upstream's
+    assert amp.current_policy().action("_plus") == FP32
 
 
 def test_extra_ops_add_to_the_lists():
