@@ -88,13 +88,13 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         The low precision type.
     target_precision_ops : list of str, optional
         Replaces the built-in list of ops that run in ``target_dtype``, as in ``mxnet.contrib.amp``: ops of
-        the built-in list missing from it become dtype-neutral (run in whatever type arrives).
+        the built-in list missing from it follow their inputs (low precision when one arrives in low precision).
     conditional_fp32_ops : list of (str, str, list of str), optional
         ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``. Replaces
-        the built-in entries (the ops they named become dtype-neutral unless listed again).
+        the built-in entries (the ops they named follow their inputs unless listed again).
     fp32_ops : list of str, optional
         Replaces the built-in list of ops that run in float32 (loss outputs included); ops of the built-in
-        list missing from it become dtype-neutral.
+        list missing from it follow their inputs.
     emulate : bool, optional
         Force (True) or forbid (False) emulation: values are rounded to ``target_dtype`` around low precision
         ops while kernels run in float32. The default picks per device: native on GPUs and on CPUs with
