@@ -131,7 +131,7 @@ class _Builder:
         return (nid, 0)
 
     def is_low(self, entry, dtype):
-        """Whether ``entry`` holds ``dtype`` values: of that dtype, or rounded to it (emulation)."""
+        """Whether ``entry`` is known to hold ``dtype`` values: of that dtype, or rounded to it (emulation)."""
         node = self.nodes[entry[0]]
         return self.dtype.get(entry) == dtype or (node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype)
 
@@ -243,9 +243,13 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
     target = policy.target_dtype
     remap = {}
     unrounded = set()  # outputs of emulated ops not rounded yet: rounded where read, unless deferred further
+    lowish = set()  # entries computed in low precision (natively or emulated), also through dtype-neutral ops
 
     def settle(entry):
         return build.round_trip(entry, target) if entry in unrounded else entry
+
+    def is_low(entry):
+        return entry in unrounded or entry in lowish or build.is_low(entry, target)
 
     for old_id, node in enumerate(graph["nodes"]):
         inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
@@ -257,7 +261,7 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
             if action == FOLLOW:
-                action = LP16 if any(e in unrounded or build.is_low(e, target) for e in inputs) else NEUTRAL
+                action = LP16 if any(is_low(e) for e in inputs) else NEUTRAL
             build.stats.actions[action] += 1
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.
@@ -279,6 +283,9 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         elif action == WIDEST:
             inputs = build.widest(inputs)
         new["inputs"] = [[nid, idx, 0] for nid, idx in inputs]
+        carries_low = lp or (action in (NEUTRAL, WIDEST) and node["op"] not in CAST_OPS and bool(inputs)
+                             and "dtype" not in node.get("attrs", {})
+                             and (any if action == NEUTRAL else all)(is_low(e) for e in inputs))
         out_dtypes = [old_dtypes.get((old_id, i)) for i in range(counts[old_id])]
         if lp and not emulate:
             out_dtypes = [target if d in _FLOAT_RANK or d is None else d for d in out_dtypes]
@@ -290,6 +297,8 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             remap[(old_id, i)] = (new_id, i)
             if emulate or defer:
                 unrounded.add((new_id, i))
+            if carries_low:
+                lowish.add((new_id, i))
     heads = [settle(remap[(nid, idx)]) for nid, idx, _ in graph["heads"]]
     out = assemble(graph, build.nodes, build.num_outputs, heads)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats

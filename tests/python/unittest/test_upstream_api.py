@@ -264,6 +264,22 @@ def test_empty_target_dtype_ops_leaves_fully_connected_in_float32():
         assert any(n["op"] == "amp_cast" and n["attrs"]["dtype"] == "bfloat16" for n in _nodes(low)), fuse
 
 
+@pytest.mark.parametrize("emulate", [False, True])
+def test_dropped_ops_follow_low_precision_through_neutral_ops(emulate):
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="conv")
+    h = mx.sym.Flatten(mx.sym.Pooling(h, kernel=(2, 2), pool_type="avg", name="pool"), name="flat")
+    fc = mx.sym.FullyConnected(h, num_hidden=3, name="fc")
+    out = mx.sym.FullyConnected(mx.sym.var("other"), num_hidden=3, name="fc_fp32") + fc
+    low = amp.convert_symbol(out, "bfloat16", target_dtype_ops=["Convolution"], emulate=emulate, fuse=False)
+    nodes = _nodes(low)
+    fc_node = next(n for n in nodes if n["name"] == "fc")
+    weight = nodes[fc_node["inputs"][1][0]]
+    assert weight["op"] == ("amp_round" if emulate else "amp_cast") and weight["attrs"]["dtype"] == "bfloat16"
+    fc32 = next(n for n in nodes if n["name"] == "fc_fp32")  # no low precision input: stays float32
+    assert all(nodes[src]["op"] == "null" for src, _, _ in fc32["inputs"])
+
+
 def test_fp32_ops_and_conditional_fp32_ops_replace_the_built_in_lists():
     data = mx.sym.var("data")
     h = mx.sym.FullyConnected(data, num_hidden=4, name="fc")
