@@ -14,7 +14,8 @@ the optimizer given to ``Module.init_optimizer`` gets the same loss scaler and e
 
 ``Module.update`` (so ``BucketingModule.update`` too) checks the module's gradients on every device for
 inf/nan in one fused pass and one host sync before anything changes: when all are finite it updates with
-``1/scale`` folded into the optimizer's ``rescale_grad``; otherwise it skips the update completely (weights,
+``1/scale`` folded into the optimizer's ``rescale_grad`` (the scale ``scale_loss`` applied since the last
+update; none when it was not called, as in ``Module.fit``); otherwise it skips the update completely (weights,
 optimizer states and the optimizer's update counters stay as they were). ``Module.update`` and
 ``Module.backward`` are wrapped once, on the first ``init_trainer(optimizer)``; modules whose optimizer has no
 AMP state run exactly as before. Loss heads whose backward ignores the head gradient (``SoftmaxOutput``,
@@ -44,6 +45,7 @@ def init_optimizer(optimizer, scaler, target_dtype):
     if state is None:
         state = _AmpState(scaler, target_dtype)
         state.module = None  # weakref to the Module that ran backward last (what unscale() unscales)
+        state.loss_scale = None  # the scale scale_loss applied since the last update (None: not scaled)
         setattr(optimizer, _ATTR, state)
     elif scaler is not state.scaler:
         _GROUPS[state.scaler].trainers.discard(optimizer)
@@ -99,9 +101,9 @@ def _update(original):
         if state.stage is _Stage.UNSCALED:
             flag, inv_scale = state.flag, 1.0
         else:
-            flag, inv_scale = _check(self, 1.0), 1.0 / state.scaler.scale
+            flag, inv_scale = _check(self, 1.0), 1.0 / (state.loss_scale or 1.0)
         finite = bool(flag.asnumpy()[0])  # the step's single host sync
-        state.stage, state.flag = _Stage.READY, None
+        state.stage, state.flag, state.loss_scale = _Stage.READY, None, None
         if finite:
             optimizer = self._optimizer
             base = optimizer.rescale_grad
@@ -126,5 +128,5 @@ def unscale_optimizer(optimizer):
     if mod is None:
         raise RuntimeError("amp.unscale(optimizer): no Module using this optimizer has run backward() since "
                            "amp.init_trainer(optimizer); call it between Module.backward() and Module.update()")
-    state.flag = _check(mod, 1.0 / state.scaler.scale)
+    state.flag = _check(mod, 1.0 / (state.loss_scale or 1.0))
     state.stage = _Stage.UNSCALED

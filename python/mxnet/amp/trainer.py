@@ -352,7 +352,10 @@ def scale_loss(loss_or_losses, trainer):
     NDArray or list of NDArray
         Scaled loss(es) to call ``backward`` on. No host sync.
     """
-    scale = _state(trainer).scaler.scale
+    amp_state = _state(trainer)
+    scale = amp_state.scaler.scale
+    if isinstance(trainer, Optimizer):
+        amp_state.loss_scale = scale  # what Module.update divides out (nothing for code that never scales)
     if isinstance(loss_or_losses, (list, tuple)):
         yield [loss * scale for loss in loss_or_losses]
     else:

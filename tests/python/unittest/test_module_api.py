@@ -162,3 +162,35 @@ def test_bfloat16_module_training_defaults_to_a_static_scale():
     assert _step(mod, _batch(0), opt) is True
     assert _step(mod, _batch(1, bad=True), opt) is False
     assert scaler.scale == 1.0 and scaler.skipped_steps == 1
+
+
+def test_module_fit_skips_overflowing_batches():
+    """``Module.fit`` never scales the loss: nothing is divided out, and a non-finite batch is skipped."""
+    data = np.random.RandomState(7).uniform(-1, 1, (3 * BATCH, 5)).astype(np.float32)
+    label = np.random.RandomState(8).uniform(-1, 1, (3 * BATCH, 3)).astype(np.float32)
+    bad = data.copy()
+    bad[BATCH + 1, 0] = np.nan  # the second batch overflows
+
+    def fit(x, opt):
+        net = mx.sym.LinearRegressionOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc"),
+                                            name="lro")
+        mod = mx.mod.Module(net, label_names=["lro_label"], context=mx.cpu())
+        it = mx.io.NDArrayIter(x, label, BATCH, label_name="lro_label")
+        mx.random.seed(0)
+        mod.fit(it, num_epoch=1, optimizer=opt, initializer=mx.init.Uniform(0.5))
+        return mod
+
+    opt = _optimizer("sgd")
+    scaler = amp.init_trainer(opt, amp.LossScaler(init_scale=2.0 ** 10))
+    with_amp = fit(bad, opt)
+    assert scaler.skipped_steps == 1 and scaler.steps == 3
+    clean = np.delete(data, np.s_[BATCH:2 * BATCH], axis=0)  # the same run without the skipped batch
+    ref_label = np.delete(label, np.s_[BATCH:2 * BATCH], axis=0)
+    net = mx.sym.LinearRegressionOutput(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc"),
+                                        name="lro")
+    ref = mx.mod.Module(net, label_names=["lro_label"], context=mx.cpu())
+    mx.random.seed(0)
+    ref.fit(mx.io.NDArrayIter(clean, ref_label, BATCH, label_name="lro_label"), num_epoch=1,
+            optimizer=_optimizer("sgd"), initializer=mx.init.Uniform(0.5))
+    for k, v in _weights(ref).items():
+        np.testing.assert_array_equal(_weights(with_amp)[k], v)
