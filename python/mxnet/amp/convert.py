@@ -354,6 +354,8 @@ def _convert_cached_block(block, target_dtype="float16", target_dtype_ops=None, 
         if cast_optional_params:
             renamed_keywords("convert_hybrid_block", {"cast_optional_params": True},
                              {"cast_params_offline": False}, stacklevel=4)
+    if kwargs.get("layout", "NHWC") is None:
+        del kwargs["layout"]
     unknown = set(kwargs) - {"fuse", "emulate", "extra_lp16_ops", "extra_fp32_ops", "device"}
     if unknown:
         raise TypeError("convert_hybrid_block() without a data example got unexpected keyword arguments %s%s"
