@@ -116,7 +116,9 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         an op named in ``fp32_ops`` or ``extra_fp32_ops``, or a node that a conditional float32 entry
         (built-in or given) matches.
     cast_params_offline : bool
-        Store parameters in the target dtype where every reader wants it (see the module docstring).
+        Store parameters in the target dtype where every reader wants it (see the module docstring). Without
+        it, as upstream, only the parameters of ops that follow low precision inputs (ops a replaced list
+        dropped, see :class:`~mxnet.amp.policy.Policy`) are stored so.
     ctx : Context, optional
         Device the model will run on (default CPU): decides emulation and fusion.
     fuse : bool, optional
@@ -166,8 +168,12 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     gdict = json.loads(new_sym.tojson(remove_amp_cast=False))
     params_cast, storage = {}, {}
     if cast_params_offline:
-        gdict, storage = _cast_params_in_graph(gdict, _param_names(sym, params, input_names),
-                                               policy.target_dtype, var_dtypes)
+        offline = _param_names(sym, params, input_names)
+    else:  # as upstream: the parameters of an op that follows low precision inputs are low precision
+        offline = _read_only_by(sym, stats.followed) & (
+            set(params) if input_names is None else set(sym.list_inputs()) - set(input_names))
+    if offline:
+        gdict, storage = _cast_params_in_graph(gdict, offline, policy.target_dtype, var_dtypes)
         params_cast = _cast_arrays({n: params[n] for n in storage if n in params}, storage, policy.target_dtype)
         params_cast.update({n: None for n in storage if n not in params})  # convert_symbol: no arrays
     known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
@@ -446,6 +452,17 @@ def _param_names(sym, params, input_names):
                      "(which variables are model inputs) to know what to cast")
 
 
+def _read_only_by(sym, names):
+    """Variables of ``sym`` whose every reader is a node named in ``names``."""
+    nodes = json.loads(sym.tojson())["nodes"]
+    readers = {}
+    for node in nodes:
+        for src, _, _ in node["inputs"]:
+            readers.setdefault(nodes[src]["name"], set()).add(node["name"])
+    return {n["name"] for n in nodes if n["op"] == "null" and readers.get(n["name"]) and
+            readers[n["name"]] <= set(names)}
+
+
 def _check_params(params, where):
     import mxnet as mx
     params = dict(params or {})
@@ -541,7 +558,7 @@ def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
         if node["op"] != "null" or node["name"] not in param_names or vid in head_ids:
             continue
         first = readers.get(vid, [])
-        if not first or any(c in head_ids for c in first):
+        if not first:
             continue
         cast_dtypes = {nodes[c]["attrs"]["dtype"] if nodes[c]["op"] == "amp_cast" else None for c in first}
         if all(_is_round(nodes[c], target) for c in first):

@@ -28,11 +28,13 @@ _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 
 @dataclass
 class RewriteStats:
-    """What a rewrite did: cast nodes inserted and op nodes per action."""
+    """What a rewrite did: cast nodes inserted, op nodes per action, and the nodes that followed low precision
+    inputs (``FOLLOW`` resolved to ``LP16``)."""
 
     casts: int = 0
     multicasts: int = 0
     actions: Counter = field(default_factory=Counter)
+    followed: set = field(default_factory=set)
 
     def as_dict(self):
         """Return a JSON-safe summary."""
@@ -262,6 +264,8 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             action = policy.action(node["op"], node.get("attrs"), node["name"])
             if action == FOLLOW:
                 action = LP16 if any(is_low(e) for e in inputs) else NEUTRAL
+                if action == LP16:
+                    build.stats.followed.add(node["name"])
             build.stats.actions[action] += 1
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.

@@ -371,6 +371,34 @@ def test_offline_casting_follows_the_users_casts():
     assert args_wide["b"].dtype == np.float32  # widest of (bf16, fp32) is fp32: b is read in float32
 
 
+def test_parameters_of_ops_that_follow_are_low_precision_without_offline_casting():
+    data = mx.sym.var("data")
+    h = mx.sym.BatchNorm(mx.sym.Convolution(data, num_filter=4, kernel=(2, 3), name="conv"), name="bn")
+    out = mx.sym.FullyConnected(h, num_hidden=5, name="fc")
+    arg_shapes, _, aux_shapes = out.infer_shape(data=(1, 3, 8, 8))
+    rng = np.random.RandomState(7)
+    args = {n: mx.nd.array(rng.uniform(-1, 1, s)) for n, s in zip(out.list_arguments(), arg_shapes) if n != "data"}
+    aux = {n: mx.nd.array(rng.uniform(0.5, 1, s)) for n, s in zip(out.list_auxiliary_states(), aux_shapes)}
+    _, low_args, low_aux = amp.convert_model(out, args, aux, "bfloat16", target_dtype_ops=["Convolution"],
+                                             emulate=False)
+    # FullyConnected is in neither given list and reads the bfloat16 BatchNorm output: its parameters are
+    # stored in bfloat16 (as mxnet.contrib.amp does); the convolution's keep float32 (cast in the graph)
+    assert {k: v.dtype for k, v in low_args.items()} == {"conv_weight": np.float32, "conv_bias": np.float32,
+                                                          "bn_gamma": np.float32, "bn_beta": np.float32,
+                                                          "fc_weight": BF16, "fc_bias": BF16}
+    assert all(v.dtype == np.float32 for v in low_aux.values())
+
+
+def test_offline_casting_through_casts_that_are_outputs():
+    data = mx.sym.var("data")
+    both_low = mx.sym.Group([mx.sym.amp_cast(data, dtype=BF16), mx.sym.amp_cast(data, dtype=BF16)])
+    mixed = mx.sym.Group([mx.sym.amp_cast(data, dtype=BF16), mx.sym.amp_cast(data, dtype="float32")])
+    for sym, dtype in ((both_low, BF16), (mixed, np.float32)):
+        low = amp.convert_symbol(sym, "bfloat16", input_names=[], cast_params_offline=True)
+        exe = low.simple_bind(mx.cpu(), data=(1, 2))
+        assert exe.arg_arrays[0].dtype == dtype
+
+
 # --- convert_bucketing_module -----------------------------------------------------------------------------
 
 def _bucketing_module():
