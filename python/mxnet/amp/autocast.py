@@ -32,7 +32,7 @@ from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
 from . import graph
-from .policy import DISABLED_ATTR, EMULATED, FLOAT32, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
+from .policy import DISABLED_ATTR, EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
 
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
 
@@ -76,7 +76,8 @@ def _active_policy():
 
 
 def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None,
-         emulate=None, layout_optimization=False):
+         emulate=None, layout_optimization=False, *, extra_lp16_ops=None, extra_fp32_ops=None,
+         keep_lp16_outputs=False):
     """Turn on automatic mixed precision for everything that runs afterwards.
 
     Call it before building the model. Calling it again with the same settings does nothing; with other
@@ -87,19 +88,30 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target_dtype : {'float16', 'bfloat16'}
         The low precision type.
     target_precision_ops : list of str, optional
-        Ops to run in ``target_dtype`` on top of the built-in list.
+        Replaces the built-in list of ops that run in ``target_dtype``, as in ``mxnet.contrib.amp``: ops of
+        the built-in list missing from it follow their inputs (low precision when one arrives in low precision).
     conditional_fp32_ops : list of (str, str, list of str), optional
-        ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``.
+        ``(op, attribute, values)``: run ``op`` in float32 when ``attribute`` takes one of ``values``. Replaces
+        the built-in entries (the ops they named follow their inputs unless listed again).
     fp32_ops : list of str, optional
-        Ops to run in float32 on top of the built-in list.
+        Replaces the built-in list of ops that run in float32 (loss outputs included); ops of the built-in
+        list missing from it follow their inputs.
     emulate : bool, optional
         Force (True) or forbid (False) emulation: values are rounded to ``target_dtype`` around low precision
-        ops while kernels run in float32. The default picks per device: native on GPUs and on CPUs with
-        AVX-512 for bfloat16, emulated elsewhere (MXNet 1.9.1 has no such CPU kernels).
+        ops while kernels run in float32. The default picks per op and device
+        (:meth:`~mxnet.amp.policy.Policy.lp16_mode`): native where the kernel exists (GPUs for float16, CPUs
+        with AVX-512 for bfloat16), plain float32 for ops without a kernel on such a device, emulated on
+        devices without any (MXNet 1.9.1 has no CPU float16 kernels).
     layout_optimization : bool, optional
         Also rewrite hybridized graphs on GPU contexts to channels-last convolutions (tensor cores run
         low precision convolutions fastest in NHWC). On CPU contexts it is skipped with a warning: MXNet
         1.9.1 runs convolutions only in NCHW there.
+    extra_lp16_ops, extra_fp32_ops : list of str, optional
+        Ops to run in ``target_dtype`` / float32 *on top of* the lists (built-in or given); everything else
+        keeps its treatment. Use these to adjust a few ops (``extra_fp32_ops=["FullyConnected"]``).
+    keep_lp16_outputs : bool, optional
+        Leave a hybridized graph's outputs in ``target_dtype`` where its last op ran in it; by default they
+        come back in their original dtype (float32), as MXNet 2.0's AMP does.
 
     Raises
     ------
@@ -117,7 +129,8 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     >>> amp.reset()             # back to plain MXNet
     """
     policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
-                         layout_optimization=layout_optimization)
+                         layout_optimization=layout_optimization, extra_lp16_ops=extra_lp16_ops,
+                         extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs)
     if _STATE.policy is not None:
         if _STATE.policy == policy:
             return
@@ -311,6 +324,8 @@ def _emulated_input(x, target):
 def _converter(policy, op, action, arrays):
     """Return the per-array conversion an imperative call needs (None when nothing is to be done)."""
     target = policy.target_dtype
+    if action == FOLLOW:
+        action = LP16 if any(_dtype_name(x) == target for x in arrays) else NEUTRAL
     mode = policy.lp16_mode(op, arrays[0].context.device_type) if action == LP16 else None
     if mode == EMULATED:
         return lambda x: _emulated_input(x, target)
@@ -465,8 +480,29 @@ def _amp_bind(method):
             dtypes = {k: v.dtype for k, v in arrays.items()}
             shapes = {k: v.shape for k, v in arrays.items()}
         else:  # simple_bind(ctx, grad_req, type_dict, stype_dict, group2ctx, ..., **shapes)
-            dtypes = kwargs.get("type_dict") or {}
+            dtypes = _inferred_dtypes(self, kwargs.get("type_dict") or {})
             shapes = {k: v for k, v in kwargs.items() if k in names}
         sym, _ = graph.rewrite_symbol(self, policy, ctx.device_type, dtypes, shapes)
+        if not isinstance(arrays, dict):
+            sym = _with_dtypes(sym, dtypes)
         return original(sym, ctx, *args, **kwargs)
     return amp_bind
+
+
+def _inferred_dtypes(sym, type_dict):
+    """``type_dict`` completed with the dtypes the original graph infers from it (the parameters', say)."""
+    try:
+        arg_types, _, aux_types = sym.infer_type_partial(**type_dict)
+    except mx.base.MXNetError:
+        return dict(type_dict)
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    found = {k: t for k, t in zip(names, (arg_types or []) + (aux_types or [])) if t is not None}
+    return dict(found, **type_dict)
+
+
+def _with_dtypes(sym, dtypes):
+    """``sym`` with ``dtypes`` written into its variables' ``__dtype__``: a cast between a parameter and its
+    reader hides the parameter's type from ``simple_bind``'s type inference."""
+    gdict = json.loads(sym.tojson(remove_amp_cast=False))
+    out = mx.sym.load_json(json.dumps(dict(gdict, nodes=graph.with_var_dtypes(gdict["nodes"], dtypes))))
+    return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out

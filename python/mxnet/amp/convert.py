@@ -12,15 +12,16 @@ graphs, so both follow one set of lists. Conversion adds three things on top:
   in float32, already rounded to the target dtype, and its rounding node disappears.
 * **A summary** (:class:`ConversionSummary`): casts in the graph, ops per precision, parameter bytes.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import json
 import warnings
 
 import numpy as np
 
 from . import graph, lists
+from .compat import renamed_keywords
 from .fold import fold_batchnorm
-from .policy import make_policy
+from .policy import make_policy, mx_dtype
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
            "ConversionSummary"]
@@ -43,7 +44,7 @@ class ConversionSummary:
     emulated : bool
         Whether low precision ops are emulated (rounding casts around float32 kernels).
     lp16_modes : tuple of (str, int)
-        Op nodes the lists want in low precision, by how they run (:meth:`~mxnet.amp.policy.Policy.lp16_mode`):
+        Op nodes that run in low precision, by how they run (:meth:`~mxnet.amp.policy.Policy.lp16_mode`):
         'native' (target dtype kernel), 'emulated', 'float32' (no such kernel on a device that runs the
         target dtype natively).
     casts, multicasts : int
@@ -106,7 +107,8 @@ class Conversion:
 
 def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", target_dtype_ops=None,
             fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False,
-            ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
+            ctx=None, fuse=None, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
+            keep_lp16_outputs=False):
     """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
 
     Parameters
@@ -117,12 +119,17 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         The parameters; not modified (arrays that need no change are shared with the result).
     target_dtype : {'float16', 'bfloat16'}
     target_dtype_ops, fp32_ops, conditional_fp32_ops : optional
-        Overrides of the built-in lists, as in :func:`mxnet.amp.init`.
+        Replace the built-in lists, as in ``mxnet.contrib.amp`` (see :func:`mxnet.amp.init`:
+        ``target_dtype_ops`` is its ``target_precision_ops``). A fused node runs in the target dtype when
+        ``target_dtype_ops`` names one of its ops.
     excluded_sym_names : list of str, optional
-        Node names kept in float32. A fused node is kept in float32 when it contains an excluded node
-        or an op named in ``fp32_ops``.
+        Node names kept in float32. A fused node is kept in float32 when it contains an excluded node,
+        an op named in ``fp32_ops`` or ``extra_fp32_ops``, or a node that a conditional float32 entry
+        (built-in or given) matches.
     cast_params_offline : bool
-        Store parameters in the target dtype where every reader wants it (see the module docstring).
+        Store parameters in the target dtype where every reader wants it (see the module docstring). Without
+        it, as upstream, only the parameters of ops that follow low precision inputs (ops a replaced list
+        dropped, see :class:`~mxnet.amp.policy.Policy`) are stored so.
     ctx : Context, optional
         Device the model will run on (default CPU): decides emulation and fusion.
     fuse : bool, optional
@@ -138,6 +145,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     input_names : list of str, optional
         Variables that are model inputs, never cast offline. Default: every variable without an array in
         ``arg_params``/``aux_params``.
+    extra_lp16_ops, extra_fp32_ops : list of str, optional
+        Ops to run in the target dtype / float32 on top of the lists, as in :func:`mxnet.amp.init`.
     keep_lp16_outputs : bool
         Leave outputs in the target dtype where the last op ran in it; by default they come back in their
         original dtype (float32).
@@ -146,13 +155,18 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     -------
     Conversion
 
+    Every variable whose dtype is known (the parameters given, parameters cast offline, and with
+    ``input_names`` every other variable) carries it in its ``__dtype__`` attribute, so the symbol binds from
+    the input shapes alone (``mx.mod.Module(sym).bind(data_shapes=...)``).
+
     Raises
     ------
     TypeError
         ``sym`` is not a Symbol or a parameter is not an NDArray.
     ValueError
-        Unknown dtype or op name, fusion asked for on a GPU or without oneDNN, or
-        ``cast_params_offline`` with neither parameters nor ``input_names``.
+        Unknown dtype or op name, an op in two overrides, a widest-type cast in ``target_dtype_ops`` or
+        ``fp32_ops`` (as upstream), fusion asked for on a GPU or without oneDNN, or ``cast_params_offline``
+        with neither parameters nor ``input_names``.
     """
     import mxnet as mx
     if not isinstance(sym, mx.sym.Symbol):
@@ -161,24 +175,32 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     aux_params = _check_params(aux_params, "aux_params")
     device_type = _device_type(ctx)
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
-    excluded = list(excluded_sym_names or ())
+    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded_sym_names,
+                         emulate, extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
+                         where="target_dtype_ops", replace_widest=False, keep_lp16_outputs=keep_lp16_outputs)
     if fuse:
         if arg_params or aux_params:
-            sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, excluded)
+            sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, policy.excluded_sym_names)
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
-        excluded += _fused_nodes_to_exclude(sym, set(excluded), set(fp32_ops or ()))
-    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate,
-                         keep_lp16_outputs=keep_lp16_outputs)
+        policy = _policy_for_fused_nodes(sym, policy)
     params = dict(arg_params, **aux_params)
     var_dtypes = {name: arr.dtype for name, arr in params.items()}
     new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes, inference=True)
     gdict = json.loads(new_sym.tojson(remove_amp_cast=False))
-    params_cast = {}
+    params_cast, storage = {}, {}
     if cast_params_offline:
-        gdict, storage = _cast_params_in_graph(gdict, _param_names(sym, params, input_names),
-                                               policy.target_dtype)
+        offline = _param_names(sym, params, input_names)
+    else:  # as upstream: the parameters of an op that follows low precision inputs are low precision
+        offline = _read_only_by(sym, stats.followed) & (
+            set(params) if input_names is None else set(sym.list_inputs()) - set(input_names))
+    if offline:
+        gdict, storage = _cast_params_in_graph(gdict, offline, policy.target_dtype, var_dtypes)
         params_cast = _cast_arrays({n: params[n] for n in storage if n in params}, storage, policy.target_dtype)
         params_cast.update({n: None for n in storage if n not in params})  # convert_symbol: no arrays
+    known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
+    known.update({name: arr.dtype for name, arr in params.items()})
+    known.update({name: mx_dtype(dtype) for name, dtype in storage.items()})
+    gdict = dict(gdict, nodes=graph.with_var_dtypes(gdict["nodes"], known))
     out_sym = mx.sym.load_json(json.dumps(gdict))
     if isinstance(sym, mx.sym.np._Symbol):
         out_sym = out_sym.as_np_ndarray()
@@ -187,8 +209,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
     emulated = stats.lp16_modes["emulated"] > 0
     if emulated and emulate is None:
-        warnings.warn(_emulation_warning(policy.target_dtype, device_type),
-                      stacklevel=_stacklevel_outside_package())
+        warnings.warn(_emulation_warning(policy.target_dtype, device_type), stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
         policy.target_dtype, device_type, fuse, emulated,
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
@@ -219,30 +240,40 @@ def _stacklevel_outside_package():
 
 
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
-                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                   ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
+                   conditional_fp32_ops=None, excluded_sym_names=None, *legacy, cast_params_offline=False,
+                   ctx=None, fuse=None, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
+                   keep_lp16_outputs=False, **deprecated):
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
     With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
     dtype becomes a variable of that dtype (store its values accordingly). See :func:`convert` for the
-    parameters.
+    parameters. ``mxnet.contrib.amp``'s positional ``data_names, cast_optional_params`` after
+    ``excluded_sym_names`` and its keyword names are accepted with a ``DeprecationWarning``.
 
     Example
     -------
     >>> low = amp.convert_symbol(sym, "bfloat16")
     >>> low.save("net-bf16-symbol.json", remove_amp_cast=False)
     """
+    if len(legacy) > 2:
+        raise TypeError("convert_symbol() takes at most 8 positional arguments (%d given)" % (6 + len(legacy)))
+    deprecated.update(zip(("data_names", "cast_optional_params"), legacy))
+    names = renamed_keywords("convert_symbol", deprecated,
+                             {"input_names": input_names, "cast_params_offline": cast_params_offline})
     return convert(sym, None, None, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                   excluded_sym_names, cast_params_offline, ctx, fuse, emulate, input_names,
-                   keep_lp16_outputs).symbol
+                   excluded_sym_names, names["cast_params_offline"], ctx, fuse, emulate, names["input_names"],
+                   extra_lp16_ops, extra_fp32_ops, keep_lp16_outputs).symbol
 
 
 def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                  ctx=None, fuse=None, emulate=None, keep_lp16_outputs=False):
+                  ctx=None, fuse=None, emulate=None, extra_lp16_ops=None, extra_fp32_ops=None,
+                  keep_lp16_outputs=False, **deprecated):
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     See :func:`convert` for the parameters (use it directly to get the :class:`ConversionSummary` too).
+    ``cast_optional_params`` (``mxnet.contrib.amp``'s name of ``cast_params_offline``) is accepted with a
+    ``DeprecationWarning``.
 
     Example
     -------
@@ -250,16 +281,27 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
     >>> sym, args, aux = amp.convert_model(sym, args, aux, "bfloat16", cast_params_offline=True)
     >>> mx.model.save_checkpoint("resnet-bf16", 0, sym, args, aux, remove_amp_cast=False)
     """
+    offline = renamed_keywords("convert_model", deprecated,
+                               {"cast_params_offline": cast_params_offline})["cast_params_offline"]
     out = convert(sym, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, None, keep_lp16_outputs)
+                  excluded_sym_names, offline, ctx, fuse, emulate, None, extra_lp16_ops, extra_fp32_ops,
+                  keep_lp16_outputs)
     return out.symbol, out.arg_params, out.aux_params
 
 
-def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
-                         conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
-                         cast_params_offline=False, *, fuse=None, emulate=None, layout=None,
-                         keep_lp16_outputs=False):
+def convert_hybrid_block(block, data_example=None, *args, **kwargs):
     """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
+
+    Two call forms:
+
+    * ``convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None,
+      fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
+      cast_params_offline=False, *, fuse=None, emulate=None, layout=None, extra_lp16_ops=None,
+      extra_fp32_ops=None, keep_lp16_outputs=False)``, as in MXNet 2.0 (which spells ``ctx`` ``device``; both are accepted);
+    * ``convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+      conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_optional_params=False)``, as in
+      ``mxnet.contrib.amp`` 1.9.1: no data example, so the block must be hybridized and have run once; its
+      cached graph is converted (``layout`` needs the data example's shapes and is not available here).
 
     Parameters
     ----------
@@ -269,12 +311,18 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     data_example : NDArray or list of NDArray
         One example per input (values are not used beyond shape/type inference).
     ctx : Context, optional
-        Where the result lives and runs; default: the context of ``data_example``.
+        Where the result lives and runs; default: the context of ``data_example`` (of the parameters in the
+        form without a data example).
     layout : {None, 'NCHW', 'NHWC'}
         'NHWC' rewrites 2-D convolutions to channels-last with the weights transposed offline
         (:func:`mxnet.amp.layout.convert_layout`; GPU contexts only, refused on CPU with the reason).
 
     See :func:`convert` for the other parameters.
+
+    Raises
+    ------
+    RuntimeError
+        Called without a data example on a block that was not hybridized and run (nothing to convert).
 
     Example
     -------
@@ -282,32 +330,96 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     >>> y = low(x)
     """
     import mxnet as mx
-    from mxnet.gluon import HybridBlock, SymbolBlock
+    from mxnet.gluon import HybridBlock
     if not isinstance(block, HybridBlock):
         raise TypeError("convert_hybrid_block: block must be a gluon HybridBlock, got %s"
                         % type(block).__name__)
+    if data_example is None or isinstance(data_example, (str, type, np.dtype)):
+        return _convert_cached_block(block, *(() if data_example is None else (data_example,)) + args, **kwargs)
     data = list(data_example) if isinstance(data_example, (list, tuple)) else [data_example]
     if not data or not all(isinstance(d, mx.nd.NDArray) for d in data):
-        raise TypeError("convert_hybrid_block: data_example must be an NDArray or a list of NDArrays")
+        raise TypeError("convert_hybrid_block: data_example must be an NDArray or a list of NDArrays (or, in "
+                        "mxnet.contrib.amp's form, the target dtype), got %r" % (data_example,))
+    return _convert_block(block, data, *args, **kwargs)
+
+
+def _convert_block(block, data, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+                   conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_params_offline=False, *,
+                   fuse=None, emulate=None, layout=None, extra_lp16_ops=None, extra_fp32_ops=None, device=None,
+                   keep_lp16_outputs=False, **deprecated):
+    """:func:`convert_hybrid_block` given data examples (MXNet 2.0's form)."""
+    offline = renamed_keywords("convert_hybrid_block", deprecated, {"cast_params_offline": cast_params_offline},
+                               stacklevel=4)["cast_params_offline"]
     if layout not in _LAYOUTS:
         raise ValueError("convert_hybrid_block: layout must be one of %s, got %r"
                          % (", ".join(repr(v) for v in _LAYOUTS), layout))
-    ctx = ctx or data[0].context
+    ctx = _one_context(ctx, device) or data[0].context
     inputs, out, params = block_graph(block, data)
-    names = [s.name for s in inputs]
+    options = dict(target_dtype=target_dtype, target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
+                   conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
+                   cast_params_offline=offline, fuse=fuse, emulate=emulate, extra_lp16_ops=extra_lp16_ops,
+                   extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs)
+    return _block_from_graph([s.name for s in inputs], [d.dtype for d in data], out, params, ctx, options,
+                             layout, [d.shape for d in data])
+
+
+def _convert_cached_block(block, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
+                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_optional_params=False,
+                          **kwargs):
+    """:func:`convert_hybrid_block` without data examples (``mxnet.contrib.amp`` 1.9.1's form)."""
+    if "cast_params_offline" in kwargs:
+        offline = kwargs.pop("cast_params_offline")
+    else:
+        offline = cast_optional_params
+        if cast_optional_params:
+            renamed_keywords("convert_hybrid_block", {"cast_optional_params": True},
+                             {"cast_params_offline": False}, stacklevel=4)
+    if kwargs.get("layout", "NHWC") is None:
+        del kwargs["layout"]
+    unknown = set(kwargs) - {"fuse", "emulate", "extra_lp16_ops", "extra_fp32_ops", "device", "keep_lp16_outputs"}
+    if unknown:
+        raise TypeError("convert_hybrid_block() without a data example got unexpected keyword arguments %s%s"
+                        % (", ".join(sorted(unknown)), " (layout needs a data example)" if "layout" in unknown
+                           else ""))
+    if not block._cached_graph:
+        raise RuntimeError("convert_hybrid_block: called without a data example (mxnet.contrib.amp's form), so "
+                           "the block's cached graph is converted, but %s has none: call block.hybridize() and "
+                           "run it once (block(x)) first, or pass a data example: convert_hybrid_block(block, x, "
+                           "%r)" % (type(block).__name__, target_dtype))
+    inputs, out = block._cached_graph
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    params = _block_arrays(block)
+    ctx = _one_context(ctx, kwargs.pop("device", None)) or next(iter(params.values())).context
+    names_of_codes = {code: name for name, code in graph.TYPE_CODES.items()}
+    dtypes = [mx_dtype(names_of_codes.get(s.attr("__dtype__"), "float32")) for s in inputs]
+    options = dict(kwargs, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
+                   conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
+                   cast_params_offline=offline)
+    return _block_from_graph([s.name for s in inputs], dtypes, out, params, ctx, options, None, None)
+
+
+def _one_context(ctx, device):
+    if ctx is not None and device is not None and ctx != device:
+        raise TypeError("convert_hybrid_block: got both ctx=%s and device=%s (MXNet 2.0's name for ctx)"
+                        % (ctx, device))
+    return ctx if ctx is not None else device
+
+
+def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes):
+    """Convert a block's graph ``out`` (inputs ``names`` of ``dtypes``); return the ``SymbolBlock``."""
+    import mxnet as mx
+    from mxnet.gluon import SymbolBlock
     arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
-    res = convert(out, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names, keep_lp16_outputs)
+    res = convert(out, arg_params, aux_params, ctx=ctx, input_names=names, **options)
     sym, arg_params, aux_params = res.symbol, res.arg_params, res.aux_params
     if layout == "NHWC":
         from .layout import convert_layout
         sym, arg_params, aux_params = convert_layout(
-            sym, arg_params, aux_params, {n: d.shape for n, d in zip(names, data)},
-            input_dtypes={n: d.dtype for n, d in zip(names, data)}, ctx=ctx)
+            sym, arg_params, aux_params, dict(zip(names, shapes)), input_dtypes=dict(zip(names, dtypes)), ctx=ctx)
     new_params = dict(arg_params, **aux_params)
     is_np = isinstance(out, mx.sym.np._Symbol)
-    inputs = [mx.sym.var(n, dtype=d.dtype) for n, d in zip(names, data)]
+    inputs = [mx.sym.var(n, dtype=d) for n, d in zip(names, dtypes)]
     net = SymbolBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
     for name, param in net.collect_params().items():
         param.grad_req = "null"  # an inference block; Gluon cannot make numpy-mode bfloat16 gradients
@@ -333,11 +445,16 @@ def block_graph(block, data):
     except DeferredInitializationError:
         block(*data)
     inputs, out = block._get_graph(*data)
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs], out, _block_arrays(block)
+
+
+def _block_arrays(block):
+    """``{name: NDArray}`` of a block's parameters: legacy arrays on their first context."""
     arrays = {}
-    for p in params.values():
+    for p in block.collect_params().values():
         arr = p.data(p.list_ctx()[0])
         arrays[p.name] = arr.as_nd_ndarray() if hasattr(arr, "as_nd_ndarray") else arr
-    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs], out, arrays
+    return arrays
 
 
 def _param_names(sym, params, input_names):
@@ -348,6 +465,17 @@ def _param_names(sym, params, input_names):
         return set(params)
     raise ValueError("convert: cast_params_offline=True needs the parameters or input_names "
                      "(which variables are model inputs) to know what to cast")
+
+
+def _read_only_by(sym, names):
+    """Variables of ``sym`` whose every reader is a node named in ``names``."""
+    nodes = json.loads(sym.tojson())["nodes"]
+    readers = {}
+    for node in nodes:
+        for src, _, _ in node["inputs"]:
+            readers.setdefault(nodes[src]["name"], set()).add(node["name"])
+    return {n["name"] for n in nodes if n["op"] == "null" and readers.get(n["name"]) and
+            readers[n["name"]] <= set(names)}
 
 
 def _check_params(params, where):
@@ -403,22 +531,35 @@ def _fuse(sym, arg_params, aux_params):
     return (fused.as_np_ndarray() if is_np else fused), args, aux
 
 
-def _fused_nodes_to_exclude(sym, excluded, fp32_ops):
-    """Names of fused nodes that contain an excluded node or an op the user forced to float32."""
-    out = []
+def _policy_for_fused_nodes(sym, policy):
+    """``policy`` extended to the oneDNN-fused nodes of ``sym`` according to the ops inside them.
+
+    A fused node is kept in float32 (its name excluded) when it contains an excluded node, an op the user
+    forced to float32 (``fp32_ops``, ``extra_fp32_ops``) or a node a conditional float32 entry matches
+    (built-in or given: ``Activation(softrelu)`` fused into a convolution, say). When the user replaced the
+    low precision list, a fused op runs in low precision if that list names one of its inner ops.
+    """
+    forced_fp32 = set(policy.extra_fp32_ops) | set(policy.fp32_ops or ())
+    excluded, lp16 = [], set()
     for node in json.loads(sym.tojson())["nodes"]:
         inner = [n for sub in node.get("subgraphs", ()) for n in sub["nodes"] if n["op"] != "null"]
-        if any(n["name"] in excluded or n["op"] in fp32_ops for n in inner):
-            out.append(node["name"])
-    return out
+        if any(n["name"] in policy.excluded_sym_names or n["op"] in forced_fp32
+               or policy.conditional_fp32_applies(n["op"], n.get("attrs")) for n in inner):
+            excluded.append(node["name"])
+        elif policy.lp16_ops is not None and any(n["op"] in policy.lp16_ops for n in inner):
+            lp16.add(node["op"])
+    return replace(policy, excluded_sym_names=policy.excluded_sym_names + tuple(excluded),
+                   lp16_ops=None if policy.lp16_ops is None else policy.lp16_ops + tuple(sorted(lp16)))
 
 
-def _cast_params_in_graph(gdict, param_names, target):
-    """Store parameters that are only read through casts to ``target`` in ``target``; drop those casts.
+def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
+    """Store parameters that are only read in one low precision dtype in that dtype; drop the casts.
 
-    Returns ``(new graph dict, {name: storage dtype name})``. A parameter only read through emulation
-    rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32 storage, rounded to
-    ``target`` offline, and its rounding nodes disappear.
+    Returns ``(new graph dict, {name: storage dtype name})``. A parameter is stored in ``target`` when every
+    reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target``, and
+    in float16/bfloat16 when every reader is the user's own ``amp_cast`` to that dtype. A parameter only read
+    through emulation rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32
+    storage, rounded to ``target`` offline, and its rounding nodes disappear.
     """
     nodes = gdict["nodes"]
     readers = {}
@@ -426,17 +567,19 @@ def _cast_params_in_graph(gdict, param_names, target):
         for src, _, _ in node["inputs"]:
             readers.setdefault(src, []).append(nid)
     head_ids = {h[0] for h in gdict["heads"]}
+    dtypes = None
     alias, storage = {}, {}
     for vid, node in enumerate(nodes):
         if node["op"] != "null" or node["name"] not in param_names or vid in head_ids:
             continue
         first = readers.get(vid, [])
-        if not first or any(c in head_ids for c in first):
+        if not first:
             continue
+        cast_dtypes = {nodes[c]["attrs"]["dtype"] if nodes[c]["op"] == "amp_cast" else None for c in first}
         if all(_is_round(nodes[c], target) for c in first):
             alias.update({(c, 0): (vid, 0) for c in first})
             storage[node["name"]] = "float32"
-        elif all(_is_cast_to(nodes[c], target) for c in first):
+        elif cast_dtypes == {target}:
             ups = [r for c in first for r in readers.get(c, [])]
             if len(first) == 1 and ups and all(_is_cast_to(nodes[u], "float32") for u in ups):
                 alias.update({(u, 0): (vid, 0) for u in ups})  # an amp_cast round trip
@@ -444,8 +587,20 @@ def _cast_params_in_graph(gdict, param_names, target):
                 storage[node["name"]] = "float32"
             else:
                 alias.update({(c, 0): (vid, 0) for c in first})
-                node.setdefault("attrs", {})["__dtype__"] = graph.TYPE_CODES[target]
                 storage[node["name"]] = target
+        elif len(cast_dtypes) == 1 and cast_dtypes <= {"float16", "bfloat16"}:  # the user's own casts
+            alias.update({(c, 0): (vid, 0) for c in first})
+            storage[node["name"]] = cast_dtypes.pop()
+        elif all(nodes[c]["op"] == "amp_multicast" for c in first):
+            if dtypes is None:
+                dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
+            slots = [(c, k) for c in first for k, e in enumerate(nodes[c]["inputs"]) if e[0] == vid]
+            if all(dtypes.get(slot) == target for slot in slots):
+                storage[node["name"]] = target
+    for name, dtype in storage.items():
+        if dtype != "float32":
+            node = next(n for n in nodes if n["op"] == "null" and n["name"] == name)
+            node.setdefault("attrs", {})["__dtype__"] = graph.TYPE_CODES[dtype]
     if not alias:
         return gdict, storage
     return graph.compact(gdict, {nid for nid, _ in alias}, alias), storage
@@ -460,14 +615,14 @@ def _is_cast_to(node, dtype):
 
 
 def _cast_arrays(arrays, storage, target):
-    """Cast ``arrays`` to ``target``, then back to float32 where ``storage[name]`` is float32 (emulation)."""
+    """Cast ``arrays`` to ``storage[name]``; float32 storage means rounded to ``target`` (emulation)."""
     from . import _ext
     groups = {}
     for name, arr in arrays.items():
         groups.setdefault((storage[name], str(arr.context)), []).append(name)
     out = {}
     for (kind, _), names in sorted(groups.items()):
-        cast = _ext.multi_cast([arrays[n] for n in names], target)
+        cast = _ext.multi_cast([arrays[n] for n in names], target if kind == "float32" else kind)
         if kind == "float32":
             cast = _ext.multi_cast(cast, "float32")
         out.update(zip(names, cast))

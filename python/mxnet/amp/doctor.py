@@ -48,7 +48,8 @@ class Report:
         lines = []
         overflow_ops = sorted({f.op for f in self.findings if f.kind == "overflow"})
         if overflow_ops:
-            lines.append("add these ops to fp32_ops: amp.init(%r, fp32_ops=%r)" % (self.dtype, overflow_ops))
+            lines.append("add these ops to extra_fp32_ops: amp.init(%r, extra_fp32_ops=%r)"
+                         % (self.dtype, overflow_ops))
             if self.dtype == "float16":
                 lines.append("or use bfloat16, which has the float32 range: amp.init('bfloat16')")
         if any(f.kind == "underflow" for f in self.findings) and self.dtype == "float16":

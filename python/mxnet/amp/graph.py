@@ -14,7 +14,7 @@ import json
 import numpy as np
 
 from . import lists
-from .policy import EMULATED, FLOAT32, FP32, LP16, NEUTRAL, WIDEST, mx_dtype
+from .policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
            "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS",
@@ -28,9 +28,10 @@ _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 
 @dataclass
 class RewriteStats:
-    """What a rewrite did: cast nodes inserted, op nodes per action, and how the low precision ones run.
+    """What a rewrite did: cast nodes inserted, op nodes per action, how the low precision ones run, and the
+    nodes that followed low precision inputs (``FOLLOW`` resolved to ``LP16``).
 
-    ``lp16_modes`` counts the nodes the lists want in low precision by :meth:`Policy.lp16_mode`: 'native',
+    ``lp16_modes`` counts the nodes that run in low precision by :meth:`Policy.lp16_mode`: 'native',
     'emulated', or 'float32' (the device has no kernel for the op in the target dtype; counted as 'fp32' in
     ``actions`` too).
     """
@@ -39,6 +40,7 @@ class RewriteStats:
     multicasts: int = 0
     actions: Counter = field(default_factory=Counter)
     lp16_modes: Counter = field(default_factory=Counter)
+    followed: set = field(default_factory=set)
 
     def as_dict(self):
         """Return a JSON-safe summary."""
@@ -136,6 +138,11 @@ class _Builder:
                         "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
         self.stats.casts += 1
         return (nid, 0)
+
+    def is_low(self, entry, dtype):
+        """Whether ``entry`` is known to hold ``dtype`` values: of that dtype, or rounded to it (emulation)."""
+        node = self.nodes[entry[0]]
+        return self.dtype.get(entry) == dtype or (node["op"] == "amp_round" and node["attrs"]["dtype"] == dtype)
 
     def round_trip(self, entry, dtype):
         """Return ``entry`` rounded to ``dtype`` but stored as float32 (emulated low precision).
@@ -250,9 +257,13 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
     target = policy.target_dtype
     remap = {}
     unrounded = set()  # outputs of emulated ops not rounded yet: rounded where read, unless deferred further
+    lowish = set()  # entries computed in low precision (natively or emulated), also through dtype-neutral ops
 
     def settle(entry):
         return build.round_trip(entry, target) if entry in unrounded else entry
+
+    def is_low(entry):
+        return entry in unrounded or entry in lowish or build.is_low(entry, target)
 
     for old_id, node in enumerate(graph["nodes"]):
         inputs = [remap[(nid, idx)] for nid, idx, _ in node["inputs"]]
@@ -263,6 +274,10 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             action = NEUTRAL
         else:
             action = policy.action(node["op"], node.get("attrs"), node["name"])
+            if action == FOLLOW:
+                action = LP16 if any(is_low(e) for e in inputs) else NEUTRAL
+                if action == LP16:
+                    build.stats.followed.add(node["name"])
             if action == LP16:
                 mode = policy.lp16_mode(node["op"], device_type)
                 build.stats.lp16_modes[mode] += 1
@@ -288,6 +303,9 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         elif action == WIDEST:
             inputs = build.widest(inputs)
         new["inputs"] = [[nid, idx, 0] for nid, idx in inputs]
+        carries_low = lp or (action in (NEUTRAL, WIDEST) and node["op"] not in CAST_OPS and bool(inputs)
+                             and "dtype" not in node.get("attrs", {})
+                             and (any if action == NEUTRAL else all)(is_low(e) for e in inputs))
         out_dtypes = [old_dtypes.get((old_id, i)) for i in range(counts[old_id])]
         if lp and not emulate:
             out_dtypes = [target if d in _FLOAT_RANK or d is None else d for d in out_dtypes]
@@ -299,6 +317,8 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             remap[(old_id, i)] = (new_id, i)
             if emulate or defer:
                 unrounded.add((new_id, i))
+            if carries_low:
+                lowish.add((new_id, i))
     heads = [settle(remap[(nid, idx)]) for nid, idx, _ in graph["heads"]]
     if not policy.keep_lp16_outputs:  # outputs in their original dtype, as from the float32 graph
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new

@@ -291,7 +291,7 @@ class LossScaler:
         self._state = next_state(self._config, self._state, bool(finite))
         if self._state.steps_at_floor == self._config.floor_warning_steps:
             _LOG.warning("AMP: the loss scale has been at its minimum (%g) for %d steps; the model is probably "
-                         "not fp16-safe; consider bfloat16 or adding the offending ops to fp32_ops",
+                         "not fp16-safe; consider bfloat16 or adding the offending ops to extra_fp32_ops",
                          self._config.min_scale, self._state.steps_at_floor)
         return bool(finite)
 

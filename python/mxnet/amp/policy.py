@@ -13,14 +13,17 @@ import numpy as np
 
 from . import lists
 
-__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "NATIVE", "EMULATED",
-           "FLOAT32", "native_support"]
+__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
+           "EMULATED", "FLOAT32", "native_support"]
 
 #: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
 # Actions a node can get. Loss outputs and satisfied conditional entries resolve to FP32; the rest to NEUTRAL.
-LP16, FP32, NEUTRAL, WIDEST = "lp16", "fp32", "neutral", "widest"
+# FOLLOW (ops of a built-in list the user replaced): low precision when a floating input arrives in low precision
+# (the other inputs cast as the op's type inference wants), otherwise as it is: what upstream's conversion pass
+# does with an op of no list.
+LP16, FP32, NEUTRAL, WIDEST, FOLLOW = "lp16", "fp32", "neutral", "widest", "follow"
 
 #: Node attribute that marks graph nodes built inside ``amp.disable()``: the rewriter leaves them in fp32.
 DISABLED_ATTR = "__amp_disabled__"
@@ -40,16 +43,28 @@ def mx_dtype(name):
 class Policy:
     """How AMP treats every operator for one target dtype.
 
+    The built-in lists (:mod:`mxnet.amp.lists`) decide unless the user overrides them, in one of two ways:
+
+    * **replacing** a built-in list, as ``mxnet.contrib.amp`` and MXNet 2.0 do (``lp16_ops``, ``fp32_ops``,
+      ``conditional_fp32_ops`` not None): the given list is the whole list, and the ops the built-in list
+      held that the given one lacks follow their inputs (``FOLLOW``: low precision when a floating input
+      arrives in low precision, else float32), the widest type casts and the other lists staying as they are;
+    * **adding** to the built-in lists (``extra_lp16_ops``, ``extra_fp32_ops``): those ops move to that
+      category, everything else keeps its built-in treatment.
+
     Parameters
     ----------
     target_dtype : {'float16', 'bfloat16'}
         The low precision dtype that ``lp16`` ops run in.
-    target_precision_ops : tuple of str
-        Ops forced to run in ``target_dtype`` (overrides the built-in lists).
-    fp32_ops : tuple of str
-        Ops forced to run in float32.
-    conditional_fp32_ops : tuple of (str, str, tuple of str)
-        ``(op, attribute, values)``: the op runs in float32 when ``attribute`` has one of ``values``.
+    lp16_ops : tuple of str or None
+        Replaces the built-in low precision list (None: the built-in one).
+    fp32_ops : tuple of str or None
+        Replaces the built-in float32 list, loss outputs included (None: the built-in one).
+    conditional_fp32_ops : tuple of (str, str, tuple of str) or None
+        ``(op, attribute, values)``: the op runs in float32 when ``attribute`` has one of ``values``. Replaces the
+        built-in conditional entries (None: the built-in ones).
+    extra_lp16_ops, extra_fp32_ops : tuple of str
+        Ops forced to run in ``target_dtype`` / float32 on top of the lists above.
     excluded_sym_names : tuple of str
         Node names kept in float32 whatever their op (used by model conversion).
     emulate : bool or None
@@ -65,23 +80,33 @@ class Policy:
     """
 
     target_dtype: str
-    target_precision_ops: tuple = ()
-    fp32_ops: tuple = ()
-    conditional_fp32_ops: tuple = ()
+    lp16_ops: object = None
+    fp32_ops: object = None
+    conditional_fp32_ops: object = None
+    extra_lp16_ops: tuple = ()
+    extra_fp32_ops: tuple = ()
     excluded_sym_names: tuple = ()
     emulate: object = None
     layout_optimization: bool = False
     keep_lp16_outputs: bool = False
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
+    _replaced: frozenset = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
-        conditions = {op: list(rules) for op, rules in lists.conditional_fp32(self.target_dtype).items()}
-        for op, attr, values in self.conditional_fp32_ops:
-            conditions.setdefault(op, []).append((attr, frozenset(values)))
+        if self.conditional_fp32_ops is None:
+            conditions = {op: list(rules) for op, rules in lists.conditional_fp32(self.target_dtype).items()}
+        else:
+            conditions = {}
+            for op, attr, values in self.conditional_fp32_ops:
+                conditions.setdefault(op, []).append((attr, frozenset(values)))
+        replaced = {cat for cats, given in ((("lp16",), self.lp16_ops), (("fp32", "loss_output"), self.fp32_ops),
+                                            (("conditional_fp32",), self.conditional_fp32_ops))
+                    if given is not None for cat in cats}
         object.__setattr__(self, "_conditions", conditions)
+        object.__setattr__(self, "_replaced", frozenset(replaced))
 
     def action(self, op, attrs=None, name=None):
-        """Return what AMP does at a node: one of ``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``.
+        """Return what AMP does at a node: one of ``LP16``, ``FP32``, ``NEUTRAL``, ``WIDEST``, ``FOLLOW``.
 
         Parameters
         ----------
@@ -98,15 +123,24 @@ class Policy:
             return NEUTRAL
         if name is not None and name in self.excluded_sym_names:
             return FP32
-        if op in self.fp32_ops:
+        if op in self.extra_fp32_ops:
             return FP32
-        if op in self.target_precision_ops:
+        if op in self.extra_lp16_ops:
             return LP16
-        for attr, values in self._conditions.get(op, ()):
-            if attrs.get(attr) in values:
-                return FP32
+        if self.fp32_ops is not None and op in self.fp32_ops:
+            return FP32
+        if self.lp16_ops is not None and op in self.lp16_ops:
+            return LP16
+        if self.conditional_fp32_applies(op, attrs):
+            return FP32
         category = lists.category(op, self.target_dtype)
+        if category in self._replaced:
+            return FOLLOW
         return _CATEGORY_ACTION.get(category, NEUTRAL)
+
+    def conditional_fp32_applies(self, op, attrs=None):
+        """Whether a conditional float32 entry (built-in or given) matches op ``op`` with ``attrs``."""
+        return any((attrs or {}).get(attr) in values for attr, values in self._conditions.get(op, ()))
 
     def is_conditional(self, op):
         """Whether ``op``'s action depends on its attributes (a conditional fp32 entry)."""
@@ -184,13 +218,16 @@ def _check_conditional(entries):
     return tuple(out)
 
 
-def make_policy(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-                fp32_ops=None, excluded_sym_names=None, emulate=None, layout_optimization=False,
-                keep_lp16_outputs=False):
-    """Validate user settings and return a frozen :class:`Policy`.
+def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None, fp32_ops=None,
+                excluded_sym_names=None, emulate=None, layout_optimization=False, extra_lp16_ops=None,
+                extra_fp32_ops=None, where="target_precision_ops", replace_widest=True, keep_lp16_outputs=False):
+    """Validate user settings and return a frozen :class:`Policy` (see it for what each list means).
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
-    when they are one operator).
+    when they are one operator). ``where`` is the caller's name of ``lp16_ops`` (``target_precision_ops``
+    in :func:`mxnet.amp.init`, ``target_dtype_ops`` in conversion), used in error messages. With
+    ``replace_widest=False`` (conversion, as upstream's ``convert_symbol``) the replacing lists may not name
+    widest-type casts; ``extra_lp16_ops``/``extra_fp32_ops`` always may.
 
     Raises
     ------
@@ -201,23 +238,35 @@ def make_policy(target_dtype="float16", target_precision_ops=None, conditional_f
         For arguments of the wrong type.
     """
     dtype = lists.normalize_dtype(target_dtype)
-    lp16 = _as_tuple(target_precision_ops, "target_precision_ops")
-    fp32 = _as_tuple(fp32_ops, "fp32_ops")
-    _check_ops(lp16, "target_precision_ops")
-    _check_ops(fp32, "fp32_ops")
-    conditional = _check_conditional(_as_tuple(conditional_fp32_ops, "conditional_fp32_ops"))
+    given = {}
+    for name, value in ((where, lp16_ops), ("fp32_ops", fp32_ops), ("extra_lp16_ops", extra_lp16_ops),
+                        ("extra_fp32_ops", extra_fp32_ops)):
+        given[name] = None if value is None else _as_tuple(value, name)
+        _check_ops(given[name] or (), name)
+    conditional = None if conditional_fp32_ops is None else \
+        _check_conditional(_as_tuple(conditional_fp32_ops, "conditional_fp32_ops"))
     named = {}
-    for where, ops in (("target_precision_ops", lp16), ("fp32_ops", fp32),
-                       ("conditional_fp32_ops", [c[0] for c in conditional])):
-        for op in ops:
-            if named.get(op, where) != where:
+    for name, ops in list(given.items()) + [("conditional_fp32_ops", [c[0] for c in conditional or ()])]:
+        for op in ops or ():
+            if named.get(op, name) != name:
                 raise ValueError("Operator %r is named in both %s and %s; each op may be overridden once"
-                                 % (op, named[op], where))
-            named[op] = where
+                                 % (op, named[op], name))
+            named[op] = name
+    if not replace_widest:
+        for name in (where, "fp32_ops"):
+            widest = [op for op in given[name] or () if lists.category(op, dtype) == "widest"]
+            if widest:
+                raise ValueError("%s names %s, which %s a widest-type cast (inputs cast to the widest type among "
+                                 "them); as in mxnet.contrib.amp, only low precision, float32, dtype-neutral and "
+                                 "conditional ops may be listed there. Use extra_fp32_ops / extra_lp16_ops to force "
+                                 "such an op" % (name, ", ".join(map(repr, widest)),
+                                                 "is" if len(widest) == 1 else "are"))
     aliases = {name: group for group in lists.alias_groups() for name in group}
-    lp16 = tuple(a for op in lp16 for a in aliases.get(op, (op,)))
-    fp32 = tuple(a for op in fp32 for a in aliases.get(op, (op,)))
-    conditional = tuple((a, attr, values) for op, attr, values in conditional for a in aliases.get(op, (op,)))
+
+    def with_aliases(ops):
+        return None if ops is None else tuple(a for op in ops for a in aliases.get(op, (op,)))
+    if conditional is not None:
+        conditional = tuple((a, attr, values) for op, attr, values in conditional for a in aliases.get(op, (op,)))
     excluded = _as_tuple(excluded_sym_names, "excluded_sym_names")
     if emulate not in (None, True, False):
         raise ValueError("emulate must be None (auto), True or False, got %r" % (emulate,))
@@ -225,8 +274,9 @@ def make_policy(target_dtype="float16", target_precision_ops=None, conditional_f
         raise ValueError("layout_optimization must be True or False, got %r" % (layout_optimization,))
     if keep_lp16_outputs not in (True, False):
         raise ValueError("keep_lp16_outputs must be True or False, got %r" % (keep_lp16_outputs,))
-    return Policy(dtype, lp16, fp32, conditional, excluded, emulate, bool(layout_optimization),
-                  bool(keep_lp16_outputs))
+    return Policy(dtype, with_aliases(given[where]), with_aliases(given["fp32_ops"]), conditional,
+                  with_aliases(given["extra_lp16_ops"]) or (), with_aliases(given["extra_fp32_ops"]) or (),
+                  excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs))
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,9 +28,10 @@ import types
 import weakref
 
 from ..gluon import Trainer
+from ..optimizer import Optimizer
 from .. import autograd
 from .. import ndarray as nd
-from . import _ext, checkpoint
+from . import _ext, checkpoint, module_api
 from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
 
@@ -269,11 +270,13 @@ def _check_kvstore_config(trainer):
 
 
 def init_trainer(trainer, loss_scaler=None):
-    """Attach loss scaling to one ``gluon.Trainer`` instance.
+    """Attach loss scaling to one ``gluon.Trainer`` instance (or ``mx.optimizer.Optimizer``: Module API).
 
     Parameters
     ----------
-    trainer : gluon.Trainer
+    trainer : gluon.Trainer or mx.optimizer.Optimizer
+        An optimizer is what Module-API code passes to ``Module.init_optimizer``: ``Module.update`` then
+        checks, unscales and skips exactly as ``trainer.step`` does (see :mod:`mxnet.amp.module_api`).
     loss_scaler : LossScaler, optional
         Defaults to ``LossScaler.default_for(dtype)`` for the dtype given to ``amp.init`` (dynamic for float16,
         static scale 1 for bfloat16); without ``amp.init`` (e.g. a network cast to float16 by hand) the float16
@@ -304,10 +307,15 @@ def init_trainer(trainer, loss_scaler=None):
     ...         autograd.backward(scaled)
     >>> applied = trainer.step(x.shape[0])   # one host sync; False when the step was skipped
     """
-    if not isinstance(trainer, Trainer):
-        raise TypeError("init_trainer expects a gluon.Trainer, got %s" % type(trainer).__name__)
     if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
         raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
+    if isinstance(trainer, Optimizer):
+        current = getattr(trainer, _ATTR, None)
+        scaler = loss_scaler or (current.scaler if current else LossScaler.default_for(_target_dtype()))
+        return module_api.init_optimizer(trainer, scaler, _target_dtype())
+    if not isinstance(trainer, Trainer):
+        raise TypeError("init_trainer expects a gluon.Trainer or an mx.optimizer.Optimizer, got %s"
+                        % type(trainer).__name__)
     _check_kvstore_config(trainer)
     amp_state = getattr(trainer, _ATTR, None)
     if amp_state is None:
@@ -335,15 +343,19 @@ def scale_loss(loss_or_losses, trainer):
     Parameters
     ----------
     loss_or_losses : NDArray or list/tuple of NDArray
-    trainer : gluon.Trainer
-        A trainer passed to :func:`init_trainer`; its ``step`` divides the scale back out.
+    trainer : gluon.Trainer or mx.optimizer.Optimizer
+        A trainer (or optimizer) passed to :func:`init_trainer`; its ``step`` (``Module.update``) divides the
+        scale back out.
 
     Yields
     ------
     NDArray or list of NDArray
         Scaled loss(es) to call ``backward`` on. No host sync.
     """
-    scale = _state(trainer).scaler.scale
+    amp_state = _state(trainer)
+    scale = amp_state.scaler.scale
+    if isinstance(trainer, Optimizer):
+        amp_state.loss_scale = scale  # what Module.update divides out (nothing for code that never scales)
     if isinstance(loss_or_losses, (list, tuple)):
         yield [loss * scale for loss in loss_or_losses]
     else:
@@ -357,11 +369,16 @@ def unscale(trainer):
     call it after ``backward`` and before ``trainer.step`` / ``trainer.update``, which then reuse its
     finiteness check. No host sync.
 
+    With an ``mx.optimizer.Optimizer`` (Module API), the gradients of the Module that ran ``backward`` last
+    are unscaled; call it between ``Module.backward()`` and ``Module.update()``.
+
     Raises
     ------
     RuntimeError
         Called twice in the same step, or on a trainer without :func:`init_trainer`.
     """
+    if isinstance(trainer, Optimizer):
+        return module_api.unscale_optimizer(trainer)
     amp_state = _state(trainer)
     if amp_state.stage is _Stage.UNSCALED:
         raise RuntimeError("amp.unscale() has already been called on this trainer since the last step()")

@@ -48,7 +48,7 @@ def test_imperative_lp16_op_emulated_matches_numpy(dtype):
 
 
 def test_imperative_native_casts_follow_categories():
-    amp.init("bfloat16", target_precision_ops=["exp"], emulate=False)
+    amp.init("bfloat16", extra_lp16_ops=["exp"], emulate=False)
     x = mx.nd.array(_data((4, 5), 2))
     low = mx.nd.exp(x)                       # forced to low precision: runs in bf16
     assert low.dtype == BF16
@@ -61,7 +61,7 @@ def test_imperative_native_casts_follow_categories():
 
 def test_numpy_mode_imperative_ops_are_cast():
     mx.npx.set_np()
-    amp.init("bfloat16", target_precision_ops=["_npi_exp"], emulate=False)
+    amp.init("bfloat16", extra_lp16_ops=["_npi_exp"], emulate=False)
     a = mx.np.array(_data((3, 4), 3))
     assert mx.np.exp(a).dtype == BF16
     amp.reset()
@@ -270,7 +270,7 @@ def test_reset_restores_everything():
 
 
 def test_conditional_fp32_follows_the_attribute():
-    amp.init("bfloat16", target_precision_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
+    amp.init("bfloat16", extra_lp16_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
              emulate=False)
     low = mx.nd.exp(mx.nd.array(_data((2, 3), 13)))
     assert low.dtype == BF16
@@ -279,6 +279,12 @@ def test_conditional_fp32_follows_the_attribute():
     data = mx.sym.var("data")
     out = mx.sym.Activation(mx.sym.Activation(data, act_type="softrelu", name="soft"), act_type="tanh", name="t")
     from mxnet.amp.graph import rewrite_symbol
+    sym, _ = rewrite_symbol(out, amp.current_policy(), var_dtypes={"data": BF16})
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    soft = next(n for n in nodes if n["name"] == "soft")  # the given list replaced the built-in entries
+    assert nodes[soft["inputs"][0][0]]["name"] == "data"
+    amp.reset()
+    amp.init("bfloat16", emulate=False)
     sym, _ = rewrite_symbol(out, amp.current_policy(), var_dtypes={"data": BF16})
     nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
     soft = next(n for n in nodes if n["name"] == "soft")  # built-in entry: Activation(softrelu) in fp32
@@ -345,7 +351,7 @@ def test_reset_restores_an_imported_symbol_block(tmp_path):
 
 
 def test_conditional_attribute_given_positionally_and_out_argument():
-    amp.init("bfloat16", target_precision_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
+    amp.init("bfloat16", extra_lp16_ops=["exp"], conditional_fp32_ops=[("clip", "a_min", ["0.0"])],
              emulate=False)
     low = mx.nd.exp(mx.nd.array(_data((2, 3), 18)))
     assert mx.nd.clip(low, 0.0, 2.0).dtype == np.float32  # positional a_min matches the entry

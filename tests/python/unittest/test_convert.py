@@ -296,7 +296,7 @@ def test_native_params_have_the_dtypes_type_inference_wants(dtype, fuse, lp16_op
     # into the weights in float32, so gamma, beta and the statistics must arrive in float32 even though the
     # fused node runs in bfloat16. The same holds for BatchNorm itself when forced to low precision.
     sym, args, aux = _resnet_graph()
-    out = C.convert(sym, args, aux, dtype, target_dtype_ops=lp16_ops, cast_params_offline=True, emulate=False,
+    out = C.convert(sym, args, aux, dtype, extra_lp16_ops=lp16_ops, cast_params_offline=True, emulate=False,
                     fuse=fuse)
     assert out.summary.fused == fuse and not out.summary.emulated
     arg_types, _, aux_types = out.symbol.infer_type(data="float32")  # raises on a dtype conflict

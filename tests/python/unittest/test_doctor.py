@@ -27,7 +27,7 @@ def test_overflowing_op_is_found_first_with_advice():
     assert [(f.node, f.op, f.kind) for f in report.findings][:1] == [("big", "FullyConnected", "overflow")]
     assert report.findings[0].fp32_max_abs > 65504
     advice = report.advice()
-    assert advice[0] == "add these ops to fp32_ops: amp.init('float16', fp32_ops=['FullyConnected'])"
+    assert advice[0] == "add these ops to extra_fp32_ops: amp.init('float16', extra_fp32_ops=['FullyConnected'])"
     assert "bfloat16" in advice[1]
     assert set(report.overflowing_grads) >= {"big_weight"}
     text = report.format()
@@ -69,7 +69,7 @@ def test_cli_report_and_errors(tmp_path):
     ok = subprocess.run(cmd + ["--input-shape", "8,32", "--data", str(tmp_path / "batch.npy")],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
-    assert "overflow  big" in ok.stdout and "fp32_ops=['FullyConnected']" in ok.stdout
+    assert "overflow  big" in ok.stdout and "extra_fp32_ops=['FullyConnected']" in ok.stdout
     for extra, message in ((["--input-shape", "8,x"], "--input-shape must be positive integers"),
                            (["--input-shape", "4,32", "--data", str(tmp_path / "batch.npy")],
                             "--data has shape (8, 32) but --input-shape is (4, 32)"),
@@ -89,4 +89,5 @@ def test_ops_after_the_overflow_that_commute_with_rounding_are_not_causes():
     _, args, batch = _model(weight_scale=8000.0)
     report = diagnose(sym, args, {}, batch, "float16")
     assert [(f.node, f.kind) for f in report.findings] == [("big", "overflow")]
-    assert report.advice()[0] == "add these ops to fp32_ops: amp.init('float16', fp32_ops=['FullyConnected'])"
+    assert report.advice()[0] == ("add these ops to extra_fp32_ops: "
+                                  "amp.init('float16', extra_fp32_ops=['FullyConnected'])")

@@ -42,7 +42,8 @@ __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "catego
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
            "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
-           "list_widest_type_cast", "list_loss_output_functions"]
+           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
+           "symbol_fp16", "symbol_bf16"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -128,6 +129,7 @@ class _Table:
             cat: tuple(sorted(n for n, c in categories.items() if c == cat)) for cat in CATEGORIES})
         self.conditional_entries = tuple(module.CONDITIONAL_FP32)
         self.native_lp16 = MappingProxyType({dev: frozenset(ops) for dev, ops in module.NATIVE_LP16.items()})
+        self.fp32_param_ops = module.FP32_PARAM_OPS
 
 
 _TABLES = {}
@@ -385,3 +387,43 @@ def list_widest_type_cast(dtype):
 def list_loss_output_functions(dtype):
     """Return the legacy loss heads (fp32 inputs; the loss scale goes into :data:`LOSS_SCALE_ATTR`)."""
     return list(_table(dtype).by_category["loss_output"])
+
+
+def list_lp16_use_fp32_params(dtype):
+    """Return ``{op: [input names]}``: ops whose parameters stay float32 when the data is in ``dtype``.
+
+    MXNet 2.0's format: one entry per input of the op, ``''`` for the data and the name of each float32
+    parameter. None for float16 (as MXNet 2.0 answers). The input names come from MXNet's operator registry.
+
+    Example
+    -------
+    >>> lists.list_lp16_use_fp32_params("bfloat16")["BatchNorm"]
+    ['', 'gamma', 'beta', 'moving_mean', 'moving_var']
+    """
+    ops = _table(dtype).fp32_param_ops
+    if ops is None:
+        return None
+    import mxnet as mx
+    out = {}
+    for op in ops:
+        args = mx.operator.get_operator_arguments(op)
+        inputs = [n for n, t in zip(args.names, args.types) if t.startswith("NDArray")]
+        out[op] = [""] + inputs[1:]
+    return out
+
+
+def upstream_lists(dtype):
+    """Return ``mxnet.contrib.amp``'s six lists for ``dtype``, built from the tables (see :mod:`.symbol_fp16`).
+
+    Returns
+    -------
+    tuple of list
+        ``(low precision, dtype-neutral, float32 with the loss outputs, conditional entries, widest type casts,
+        loss outputs)``.
+    """
+    return (list_lp16_ops(dtype), list_lp16_fp32_ops(dtype),
+            sorted(list_fp32_ops(dtype) + list_loss_output_functions(dtype)), list_conditional_fp32_ops(dtype),
+            list_widest_type_cast(dtype), list_loss_output_functions(dtype))
+
+
+from . import symbol_bf16, symbol_fp16  # noqa: E402  (upstream's list modules, derived from the tables above)

@@ -54,6 +54,10 @@ CONDITIONAL_FP32 = (
 # outputs around the fp32 kernel), so models see bf16 matmul numerics everywhere.
 NATIVE_LP16 = {"cpu": g.MATMUL + g.ONEDNN_FUSED, "gpu": ()}
 
+# Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
+# list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
+FP32_PARAM_OPS = g.BATCH_NORM
+
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
     (g.ONEDNN_FUSED,

@@ -47,6 +47,10 @@ CONDITIONAL_FP32 = (
 # Ops whose float16 kernels are fast on each device type (CPU float16 GEMM is missing in 1.9.1).
 NATIVE_LP16 = {"gpu": LP16, "cpu": ()}
 
+# Ops whose parameters stay float32 while the data is low precision, by name (MXNet 2.0's
+# list_lp16_use_fp32_params): MXNet 2.0 answers None for float16.
+FP32_PARAM_OPS = None
+
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),

@@ -1,0 +1,132 @@
+"""Loss scaling for the Module API: ``init_trainer``, ``scale_loss`` and ``unscale`` given an optimizer.
+
+``mxnet.contrib.amp`` 1.9.1 refuses an optimizer ("AMP is currently only compatible with Gluon Trainer"); here
+the optimizer given to ``Module.init_optimizer`` gets the same loss scaler and exact step skipping as a
+``gluon.Trainer``:
+
+>>> opt = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9)
+>>> amp.init_trainer(opt)
+>>> mod.init_optimizer(optimizer=opt)
+>>> mod.forward(batch, is_train=True)
+>>> with amp.scale_loss(head_grads, opt) as scaled:     # the gradients of the outputs, e.g. ones
+...     mod.backward(scaled)
+>>> mod.update()                                       # skipped when a gradient is inf/nan
+
+``Module.update`` (so ``BucketingModule.update`` too) checks the module's gradients on every device for
+inf/nan in one fused pass and one host sync before anything changes: when all are finite it updates with
+``1/scale`` folded into the optimizer's ``rescale_grad`` (the scale ``scale_loss`` applied since the last
+update; none when it was not called, as in ``Module.fit``); otherwise it skips the update completely (weights,
+optimizer states and the optimizer's update counters stay as they were). ``Module.update`` and
+``Module.backward`` are wrapped once, on the first ``init_trainer(optimizer)``; modules whose optimizer has no
+AMP state run exactly as before. Loss heads whose backward ignores the head gradient (``SoftmaxOutput``,
+``MakeLoss``...) cannot be scaled this way: train them with a static ``LossScaler(init_scale=1)`` (bfloat16's
+default), which keeps the skipping.
+"""
+import weakref
+
+from .. import autograd
+from .. import module as _module
+from . import _ext
+
+__all__ = ["init_optimizer", "unscale_optimizer"]
+
+_PATCHED = []  # (owner, name, original): Module methods wrapped once
+
+
+def _amp_state(optimizer):
+    from .trainer import _state
+    return _state(optimizer)
+
+
+def init_optimizer(optimizer, scaler, target_dtype):
+    """Attach ``scaler`` to ``optimizer`` (an ``mx.optimizer.Optimizer``) for Module-API training."""
+    from .trainer import _ATTR, _GROUPS, _AmpState, _Group
+    state = getattr(optimizer, _ATTR, None)
+    if state is None:
+        state = _AmpState(scaler, target_dtype)
+        state.module = None  # weakref to the Module that ran backward last (what unscale() unscales)
+        state.loss_scale = None  # the scale scale_loss applied since the last update (None: not scaled)
+        setattr(optimizer, _ATTR, state)
+    elif scaler is not state.scaler:
+        _GROUPS[state.scaler].trainers.discard(optimizer)
+        state.scaler = scaler
+    _GROUPS.setdefault(state.scaler, _Group()).trainers.add(optimizer)
+    if not _PATCHED:
+        for name, wrapper in (("update", _update), ("backward", _backward)):
+            original = getattr(_module.Module, name)
+            _PATCHED.append((_module.Module, name, original))
+            setattr(_module.Module, name, wrapper(original))
+    return state.scaler
+
+
+def _optimizer_state(mod):
+    from .trainer import _ATTR
+    return getattr(mod._optimizer, _ATTR, None) if mod.optimizer_initialized else None
+
+
+def _backward(original):
+    def backward(self, out_grads=None):
+        state = _optimizer_state(self)
+        if state is not None:
+            state.module = weakref.ref(self)
+        return original(self, out_grads)
+    backward.__doc__ = original.__doc__
+    return backward
+
+
+def _check(mod, inv_scale):
+    """Unscale (when ``inv_scale != 1``) and check ``mod``'s gradients: one fused call per device."""
+    kv = mod._kvstore
+    if kv is not None and "dist" in kv.type and mod._update_on_kvstore:
+        raise ValueError("AMP cannot skip steps exactly with update_on_kvstore and a distributed kvstore (%r): "
+                         "the servers apply every worker's update; use Module.init_optimizer(kvstore=...) with "
+                         "MXNET_UPDATE_ON_KVSTORE=0" % kv.type)
+    grads = [g for g in mod._exec_group.grad_arrays if g is not None and g[0] is not None]
+    if not grads:
+        raise RuntimeError("the module has no parameter with a gradient (all grad_req='null')")
+    with autograd.pause():
+        flags = [_ext.unscale_and_check(list(per_device), inv_scale) for per_device in zip(*grads)]
+        flag = flags[0]
+        for other in flags[1:]:
+            flag = flag * other.as_in_context(flag.context)
+    return flag
+
+
+def _update(original):
+    def update(self):
+        from .trainer import _Stage, _report
+        state = _optimizer_state(self)
+        if state is None:
+            return original(self)
+        if state.stage is _Stage.UNSCALED:
+            flag, inv_scale = state.flag, 1.0
+        else:
+            flag, inv_scale = _check(self, 1.0), 1.0 / (state.loss_scale or 1.0)
+        finite = bool(flag.asnumpy()[0])  # the step's single host sync
+        state.stage, state.flag, state.loss_scale = _Stage.READY, None, None
+        if finite:
+            optimizer = self._optimizer
+            base = optimizer.rescale_grad
+            optimizer.rescale_grad = base * inv_scale
+            try:
+                original(self)
+            finally:
+                optimizer.rescale_grad = base
+        _report(state.scaler, finite)
+        return finite
+    update.__doc__ = original.__doc__
+    return update
+
+
+def unscale_optimizer(optimizer):
+    """``amp.unscale`` for an optimizer: unscale the gradients of the Module that ran ``backward`` last."""
+    from .trainer import _Stage
+    state = _amp_state(optimizer)
+    if state.stage is _Stage.UNSCALED:
+        raise RuntimeError("amp.unscale() has already been called on this optimizer since the last update()")
+    mod = state.module() if state.module is not None else None
+    if mod is None:
+        raise RuntimeError("amp.unscale(optimizer): no Module using this optimizer has run backward() since "
+                           "amp.init_trainer(optimizer); call it between Module.backward() and Module.update()")
+    state.flag = _check(mod, 1.0 / (state.loss_scale or 1.0))
+    state.stage = _Stage.UNSCALED
