@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import json
 import warnings
 
+from mxnet.gluon import SymbolBlock
 import numpy as np
 
 from . import graph, lists
 from .policy import LP16, make_policy
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
-           "ConversionSummary"]
+           "ConversionSummary", "ConvertedBlock"]
 
 _FUSION_BACKEND = "MKLDNN"
 
@@ -244,7 +245,8 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
 def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
                          cast_params_offline=False, *, fuse=None, emulate=None, layout=None):
-    """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
+    """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` (a :class:`ConvertedBlock`, whose
+    ``export`` keeps the casts) with the converted parameters.
 
     Parameters
     ----------
@@ -267,7 +269,7 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     >>> y = low(x)
     """
     import mxnet as mx
-    from mxnet.gluon import HybridBlock, SymbolBlock
+    from mxnet.gluon import HybridBlock
     if not isinstance(block, HybridBlock):
         raise TypeError("convert_hybrid_block: block must be a gluon HybridBlock, got %s"
                         % type(block).__name__)
@@ -292,15 +294,28 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
             input_dtypes={n: d.dtype for n, d in zip(names, data)}, ctx=ctx)
     new_params = dict(arg_params, **aux_params)
     is_np = isinstance(out, mx.sym.np._Symbol)
+    if is_np:  # numpy-mode blocks hold (and export) numpy-mode arrays, which cannot be bfloat16 in MXNet 1.9.1
+        new_params = {k: v if graph.dtype_name(v.dtype) == "bfloat16" else v.as_np_ndarray()
+                      for k, v in new_params.items()}
     inputs = [mx.sym.var(n, dtype=d.dtype) for n, d in zip(names, data)]
-    net = SymbolBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
+    net = ConvertedBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
     for name, param in net.collect_params().items():
         param.cast(new_params[name].dtype)
+        param.grad_req = "null"  # an inference model; numpy mode cannot allocate bfloat16 gradients
     net.collect_params().load_dict(new_params, ctx=ctx)
     return net
 
 
 _LAYOUTS = (None, "NCHW", "NHWC")
+
+
+
+class ConvertedBlock(SymbolBlock):
+    """The ``SymbolBlock`` :func:`convert_hybrid_block` returns: its ``export`` keeps the casts by default
+    (MXNet's default drops them, and the exported low precision graph would no longer fit its parameters)."""
+
+    def export(self, path, epoch=0, remove_amp_cast=False):  # pylint: disable=arguments-differ
+        return super().export(path, epoch, remove_amp_cast)
 
 
 def block_graph(block, data):

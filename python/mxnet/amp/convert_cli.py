@@ -104,9 +104,13 @@ def _forward(sym, args, aux, data):
     return [o.astype("float32").asnumpy() for o in exe.forward(is_train=False)]
 
 
-def run(args, out=sys.stdout):
-    """Run the command from parsed arguments; return the exit status (user mistakes raise ValueError)."""
+def run(args, out=None):
+    """Run the command from parsed arguments; return the exit status (user mistakes raise ValueError).
+
+    The report goes to ``out`` (default: ``sys.stdout`` at the time of the call).
+    """
     import mxnet as mx
+    out = out or sys.stdout
     from . import lists
     dtype = lists.normalize_dtype(args.dtype)
     sym, arg_params, aux_params = load_model(args.symbol, args.params)

@@ -1,0 +1,75 @@
+"""``lists --op``, ``convert_hybrid_block`` -> export -> reload, and the precision map on the tier's models."""
+import contextlib
+import io
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import amp
+from mxnet.amp.__main__ import main
+from mxnet.amp.policy import native_support
+
+import zoo
+
+DTYPES = ("bfloat16", "float16")
+
+
+def _ops(sym):
+    return {n["op"] for n in zoo.nodes(sym)} - {"null"}
+
+
+@pytest.mark.parametrize("model", zoo.params("lists"))
+def test_lists_op_on_every_op(model, saved):
+    """Every op of the saved graph and of its bfloat16 conversion (casts, fused oneDNN ops) has a category
+    and a reason per dtype."""
+    from mxnet.amp.convert import convert
+    from mxnet.amp.convert_cli import load_model
+    _, prefix, _ = saved(model)
+    sym, args, aux = load_model(prefix + "-symbol.json", prefix + "-0000.params")
+    with mx.util.np_shape(model.export == "numpy"):
+        ops = _ops(sym) | _ops(convert(sym, args, aux, "bfloat16", emulate=not model.transposes and None).symbol)
+    for op in sorted(ops):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["lists", "--op", op]) == 0
+        lines = out.getvalue().splitlines()
+        assert lines[0] == op
+        rows = {line.split()[0]: line.split(None, 1)[1] for line in lines[1:] if not line.startswith(" " * 12)}
+        assert sorted(rows) == ["bfloat16", "float16"], out.getvalue()
+        assert all(not line.strip().startswith("unknown") for line in lines)
+        assert len(lines) >= 5, out.getvalue()  # a reason under each dtype
+
+
+def _float32(outputs):
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    arrays = [o.as_nd_ndarray() if isinstance(o, mx.np.ndarray) else o for o in outputs]
+    return [(mx.nd.amp_cast(a, dtype="float32") if a.dtype != np.float32 else a).asnumpy() for a in arrays]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", zoo.params("hybrid"))
+def test_convert_hybrid_block_export_reload(model, dtype, saved, tmp_path):
+    """The converted block, exported and imported again, gives bit-identical outputs."""
+    net, _, _ = saved(model)
+    batch = model.batch()
+    # emulate=True keeps transposes away from oneDNN's bfloat16 kernel (native bf16 transpose: the lead's issue)
+    low = amp.convert_hybrid_block(net, batch if len(batch) > 1 else batch[0], dtype, cast_params_offline=True,
+                                   emulate=True if model.transposes else None)
+    expected = _float32(low(*batch))
+    if model.export == "numpy" and dtype == "bfloat16" and native_support(dtype, "cpu"):
+        pytest.skip("MXNet 1.9.1's numpy arrays cannot be bfloat16 (numpy-mode export saves numpy arrays), so "
+                    "the native bfloat16 weights of a numpy-mode block cannot be exported")
+    low.export(str(tmp_path / "low"))
+    with open(str(tmp_path / "low-symbol.json")) as f:
+        ops = {n["op"] for n in json.load(f)["nodes"]}
+    assert {"amp_cast", "amp_round"} & ops  # exported with its casts or rounding (ConvertedBlock.export)
+    names = ["data"] if len(batch) == 1 else ["data%d" % i for i in range(len(batch))]
+    back = mx.gluon.SymbolBlock.imports(str(tmp_path / "low-symbol.json"), names, str(tmp_path / "low-0000.params"))
+    got = _float32(back(*batch))
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        assert np.array_equal(e, g)
+    reference = _float32(net(*batch))
+    for r, g in zip(reference, got):
+        assert float(np.abs(r - g).max()) / float(np.abs(r).max()) < zoo.NATIVE_BF16_TOLERANCE
