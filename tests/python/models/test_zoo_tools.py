@@ -73,3 +73,28 @@ def test_convert_hybrid_block_export_reload(model, dtype, saved, tmp_path):
     reference = _float32(net(*batch))
     for r, g in zip(reference, got):
         assert float(np.abs(r - g).max()) / float(np.abs(r).max()) < zoo.NATIVE_BF16_TOLERANCE
+
+
+def test_precision_map_of_resnet18(saved, tmp_path):
+    """The demo's picture for ResNet-18: one row per stage (not ~70 wrapped nodes), counts per precision."""
+    from mxnet.amp import graph, report
+    from mxnet.amp.policy import make_policy
+    model, = [m for m in zoo.MODELS if m.name == "resnet18_v1" and m.export == "block"]
+    net, _, _ = saved(model)
+    sym = net._cached_graph[1]
+    policy = make_policy("bfloat16")
+    low, _ = graph.rewrite_symbol(sym, policy, "cpu")
+    nodes = report.precision_map(low, policy)
+    groups = report.stage_summary(nodes)
+    prefix = sym.name.split("_")[0]
+    assert [g for g, _ in groups] == ["data", prefix] + ["%s_stage%d" % (prefix, i) for i in range(1, 5)] + [prefix]
+    convs = [sum(c for (op, _), c in ops.items() if op == "Convolution") for _, ops in groups]
+    assert convs == [0, 1, 4, 5, 5, 5, 0]  # stages 2-4 have a downsampling convolution
+    lp = "low precision (emulated)" if policy.emulates("Convolution", "cpu") else "low precision"
+    assert all(role == lp for _, ops in groups for (op, role) in ops if op in ("Convolution", "FullyConnected"))
+    assert {role for _, ops in groups for (op, role) in ops if op == "BatchNorm"} == {"dtype-neutral"}
+    path = str(tmp_path / "precision_map.png")
+    report.plot_precision_map(nodes, path, "resnet18_v1, bfloat16")
+    import matplotlib.image
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert 300 < height < 1000 and 800 < width < 2000  # seven rows, readable without zooming
