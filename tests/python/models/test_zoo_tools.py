@@ -13,6 +13,7 @@ from mxnet.amp.policy import native_support
 import zoo
 
 DTYPES = ("bfloat16", "float16")
+pytestmark = pytest.mark.filterwarnings("ignore:convert. MXNet:UserWarning")  # the emulation notice
 
 
 def _ops(sym):
@@ -28,7 +29,8 @@ def test_lists_op_on_every_op(model, saved):
     _, prefix, _ = saved(model)
     sym, args, aux = load_model(prefix + "-symbol.json", prefix + "-0000.params")
     with mx.util.np_shape(model.export == "numpy"):
-        ops = _ops(sym) | _ops(convert(sym, args, aux, "bfloat16", emulate=not model.transposes and None).symbol)
+        low = convert(sym, args, aux, "bfloat16", emulate=True if model.transposes else None).symbol
+        ops = _ops(sym) | _ops(low)
     for op in sorted(ops):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -98,3 +100,25 @@ def test_precision_map_of_resnet18(saved, tmp_path):
     import matplotlib.image
     height, width, _ = matplotlib.image.imread(path).shape
     assert 300 < height < 1000 and 800 < width < 2000  # seven rows, readable without zooming
+
+
+def test_gluoncv_detector(tmp_path):
+    """A GluonCV SSD (random weights): bfloat16 conversion -> export -> reload gives the same detections, and
+    the doctor runs on it. Skipped without gluoncv (not a requirement of this project)."""
+    model_zoo = pytest.importorskip("gluoncv.model_zoo", reason="gluoncv is not installed")
+    from mxnet.amp.doctor import diagnose_block
+    mx.random.seed(0)
+    net = model_zoo.get_model("ssd_512_mobilenet1.0_voc", pretrained=False, pretrained_base=False)
+    net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    net.hybridize()
+    x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (1, 3, 256, 256)))
+    net(x)
+    low = amp.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, emulate=True)  # transposes
+    expected = _float32(low(x))
+    low.export(str(tmp_path / "ssd"))
+    back = mx.gluon.SymbolBlock.imports(str(tmp_path / "ssd-symbol.json"), ["data"],
+                                        str(tmp_path / "ssd-0000.params"))
+    for e, g in zip(expected, _float32(back(x))):
+        assert np.array_equal(e, g)
+    report = diagnose_block(net, x, "bfloat16")
+    assert report.format().startswith("amp doctor (bfloat16")
