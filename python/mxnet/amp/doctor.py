@@ -120,17 +120,15 @@ def _outputs_by_node(sym, feed):
     return {nodes["nodes"][i]["name"]: _float32(o).asnumpy() for i, o in zip(ops, outs)}
 
 
-def _check_inputs(sym, feed):
-    """Raise ValueError unless ``feed`` holds exactly the symbol's inputs."""
-    wanted = sym.list_inputs()
-    missing = [n for n in wanted if n not in feed]
-    unknown = sorted(set(feed) - set(wanted))
-    if missing or unknown:
-        raise ValueError("diagnose: %s; the model's inputs are %s"
-                         % ("; ".join(part for part in (
-                             "no value for %s" % ", ".join(missing) if missing else "",
-                             "no input named %s" % ", ".join(unknown) if unknown else "") if part),
-                            ", ".join(wanted)))
+def _check_inputs(sym, params, data):
+    """Raise ValueError unless ``data`` holds exactly the inputs of ``sym`` that are not in ``params``."""
+    wanted = [n for n in sym.list_inputs() if n not in params]
+    missing = [n for n in wanted if n not in data]
+    unknown = sorted(set(data) - set(wanted))
+    problems = (["no value for %s" % ", ".join(missing)] if missing else []) + (
+        ["no input named %s" % ", ".join(unknown)] if unknown else [])
+    if problems:
+        raise ValueError("diagnose: %s; the model's data inputs are %s" % ("; ".join(problems), ", ".join(wanted)))
 
 
 def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None, ctx=None):
@@ -166,8 +164,8 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     scale = float(loss_scale if loss_scale is not None else (2.0 ** 16 if policy.target_dtype == "float16" else 1.0))
     is_np = isinstance(sym, mx.sym.np._Symbol) or mx.util.is_np_shape()
     sym, args, aux = _float32_model(sym, arg_params, aux_params, ctx)
+    _check_inputs(sym, dict(args, **aux), data)
     feed = dict(args, **aux, **{k: _legacy(v, ctx) for k, v in data.items()})
-    _check_inputs(sym, feed)
     with mx.util.np_shape(is_np):
         low, _ = graph.rewrite_symbol(sym, policy, ctx.device_type, {k: v.dtype for k, v in feed.items()},
                                       {k: feed[k].shape for k in data})
