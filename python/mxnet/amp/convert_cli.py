@@ -211,7 +211,11 @@ def _save_all(result, for_onnx, prefix, onnx_path, shapes):
                 os.path.abspath(path)))
             os.close(fd)
         if onnx_path:
-            export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
+            try:
+                export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
+            except AttributeError as err:  # how MXNet's exporter reports an op it has no converter for
+                raise ValueError("--onnx: MXNet's ONNX exporter cannot export this model: %s (nothing written)"
+                                 % (err.args[0] if err.args else err))
         result.symbol.save(tmp[final[-2]], remove_amp_cast=False)
         saved = {"arg:%s" % k: v for k, v in result.arg_params.items()}
         saved.update({"aux:%s" % k: v for k, v in result.aux_params.items()})

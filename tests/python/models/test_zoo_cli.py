@@ -88,6 +88,23 @@ def test_onnx_runs_in_onnxruntime(model, dtype, converted, saved):
         assert err < zoo.TOLERANCE[dtype], (model, err)
 
 
+def test_convert_onnx_refusal_is_one_line(saved, tmp_path):
+    """A numpy-mode model with --onnx: MXNet's exporter has no numpy-op converters; one error, no files."""
+    model, = [m for m in zoo.MODELS if m.export == "numpy"]
+    _, prefix, _ = saved(model)
+    mx.npx.reset_np()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["convert", "--symbol", prefix + "-symbol.json", "--params", prefix + "-0000.params",
+                   "--dtype", "float16", "--out", str(tmp_path / "low"), "--onnx", str(tmp_path / "low.onnx")]
+                  + _shapes(model))
+    assert rc == 2
+    assert err.getvalue().splitlines() == [
+        "error: --onnx: MXNet's ONNX exporter cannot export this model: No conversion function registered for op "
+        "type _npi_add yet. (nothing written)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def _legacy(model):
     return [mx.nd.array(b.asnumpy()) for b in model.batch()]
 

@@ -162,3 +162,16 @@ def test_converted_model_is_diagnosed_as_its_float32_model():
     assert np.float16 in {v.dtype for v in args16.values()}
     report = diagnose(sym16, args16, aux16, {"data": x.asnumpy()}, "float16")
     assert [(f.op, f.kind) for f in report.findings] == [("Convolution", "overflow")]
+
+
+def test_sync_batchnorm_model():
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(8, 3, in_channels=3), mx.gluon.contrib.nn.SyncBatchNorm(in_channels=8),
+            mx.gluon.nn.Dense(4))
+    net.initialize(mx.init.Uniform(0.1))
+    x = mx.nd.array(np.random.RandomState(1).uniform(0, 1, (2, 3, 8, 8)))
+    net(x)
+    net[0].weight.set_data(mx.nd.abs(net[0].weight.data()) * 1e5)
+    assert "_contrib_SyncBatchNorm" in net(mx.sym.var("data")).tojson()
+    report = diagnose_block(net, x, "float16")
+    assert [(f.op, f.kind) for f in report.findings] == [("Convolution", "overflow")]
