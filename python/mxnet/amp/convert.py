@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import json
 import warnings
 
+from mxnet.gluon import SymbolBlock
 import numpy as np
 
 from . import graph, lists
@@ -24,7 +25,7 @@ from .fold import fold_batchnorm
 from .policy import make_policy, mx_dtype
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
-           "ConversionSummary"]
+           "ConversionSummary", "ConvertedBlock"]
 
 _FUSION_BACKEND = "MKLDNN"
 
@@ -290,7 +291,8 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
 
 
 def convert_hybrid_block(block, data_example=None, *args, **kwargs):
-    """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
+    """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` (a :class:`ConvertedBlock`, whose
+    ``export`` keeps the casts) with the converted parameters.
 
     Two call forms:
 
@@ -408,7 +410,6 @@ def _one_context(ctx, device):
 def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes):
     """Convert a block's graph ``out`` (inputs ``names`` of ``dtypes``); return the ``SymbolBlock``."""
     import mxnet as mx
-    from mxnet.gluon import SymbolBlock
     arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     res = convert(out, arg_params, aux_params, ctx=ctx, input_names=names, **options)
@@ -419,16 +420,28 @@ def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes):
             sym, arg_params, aux_params, dict(zip(names, shapes)), input_dtypes=dict(zip(names, dtypes)), ctx=ctx)
     new_params = dict(arg_params, **aux_params)
     is_np = isinstance(out, mx.sym.np._Symbol)
+    if is_np:  # numpy-mode blocks hold (and export) numpy-mode arrays, which cannot be bfloat16 in MXNet 1.9.1
+        new_params = {k: v if graph.dtype_name(v.dtype) == "bfloat16" else v.as_np_ndarray()
+                      for k, v in new_params.items()}
     inputs = [mx.sym.var(n, dtype=d) for n, d in zip(names, dtypes)]
-    net = SymbolBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
+    net = ConvertedBlock(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs)
     for name, param in net.collect_params().items():
-        param.grad_req = "null"  # an inference block; Gluon cannot make numpy-mode bfloat16 gradients
         param.cast(new_params[name].dtype)
+        param.grad_req = "null"  # an inference model; numpy mode cannot allocate bfloat16 gradients
     net.collect_params().load_dict(new_params, ctx=ctx)
     return net
 
 
 _LAYOUTS = (None, "NCHW", "NHWC")
+
+
+
+class ConvertedBlock(SymbolBlock):
+    """The ``SymbolBlock`` :func:`convert_hybrid_block` returns: its ``export`` keeps the casts by default
+    (MXNet's default drops them, and the exported low precision graph would no longer fit its parameters)."""
+
+    def export(self, path, epoch=0, remove_amp_cast=False):  # pylint: disable=arguments-differ
+        return super().export(path, epoch, remove_amp_cast)
 
 
 def block_graph(block, data):

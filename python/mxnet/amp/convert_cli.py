@@ -5,6 +5,7 @@ Loads ``NET-symbol.json`` + ``NET-0000.params``, converts with :func:`mxnet.amp.
 the largest deviation from the float32 model on one random input. Every input is checked before anything is
 written; outputs are written to temporary files and renamed at the end, so a failure leaves nothing behind.
 """
+import json
 import os
 import sys
 import tempfile
@@ -12,7 +13,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["add_arguments", "run", "parse_shape", "deviation"]
+__all__ = ["add_arguments", "run", "parse_shape", "shape_arg", "deviation", "load_model"]
 
 
 def add_arguments(parser):
@@ -21,7 +22,7 @@ def add_arguments(parser):
     parser.add_argument("--params", required=True, help="NET-0000.params of the float32 model")
     parser.add_argument("--dtype", required=True, help="bfloat16 or float16")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT-symbol.json, OUT-0000.params")
-    parser.add_argument("--input-shape", action="append", type=_shape_arg, default=None,
+    parser.add_argument("--input-shape", action="append", type=shape_arg, default=None,
                         help="shape of one input, e.g. 1,3,224,224 (repeat for several inputs); "
                              "needed for the deviation check and --onnx")
     parser.add_argument("--onnx", default=None, help="also export the converted model to this ONNX file")
@@ -45,7 +46,8 @@ def parse_shape(text):
     return shape
 
 
-def _shape_arg(text):
+def shape_arg(text):
+    """:func:`parse_shape` as an argparse ``type`` (a bad shape is a usage error)."""
     import argparse
     try:
         return parse_shape(text)
@@ -62,19 +64,29 @@ def deviation(reference, value):
     return err, (err / scale if scale > 0 else err)
 
 
-def _load(symbol_path, params_path):
+def load_model(symbol_path, params_path):
+    """Load ``NET-symbol.json`` + ``NET-0000.params`` as saved by ``HybridBlock.export`` (legacy or numpy
+    mode) or ``Module.save_checkpoint``; return ``(sym, arg_params, aux_params)``.
+
+    A numpy-mode export (``"is_np_shape"`` in the symbol file) comes back as a numpy-mode symbol, its
+    parameters read with NumPy shape semantics; run it inside ``mx.util.np_shape(True)``. Missing or unreadable
+    files raise FileNotFoundError / ValueError naming the file.
+    """
     import mxnet as mx
     for path in (symbol_path, params_path):
         if not os.path.isfile(path):
             raise FileNotFoundError("no such file: %s" % path)
     try:
+        with open(symbol_path) as f:
+            is_np = bool(json.load(f).get("attrs", {}).get("is_np_shape", ["int", 0])[1])
         sym = mx.sym.load(symbol_path)
-    except mx.base.MXNetError as err:
-        raise ValueError("cannot read symbol file %s: %s" % (symbol_path, str(err).splitlines()[0]))
+    except (ValueError, mx.base.MXNetError) as err:
+        raise ValueError("cannot read symbol file %s: %s" % (symbol_path, str(err).strip().splitlines()[0]))
     try:
-        saved = mx.nd.load(params_path)
+        with mx.util.np_shape(is_np):
+            saved = mx.nd.load(params_path)
     except mx.base.MXNetError as err:
-        raise ValueError("cannot read params file %s: %s" % (params_path, str(err).splitlines()[0]))
+        raise ValueError("cannot read params file %s: %s" % (params_path, str(err).strip().splitlines()[-1]))
     if not isinstance(saved, dict):
         raise ValueError("params file %s holds a list, not named parameters" % params_path)
     args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
@@ -82,7 +94,7 @@ def _load(symbol_path, params_path):
     plain = {k: v for k, v in saved.items() if ":" not in k}
     args.update({k: v for k, v in plain.items() if k in sym.list_arguments()})
     aux.update({k: v for k, v in plain.items() if k in sym.list_auxiliary_states()})
-    return sym, args, aux
+    return (sym.as_np_ndarray() if is_np else sym), args, aux
 
 
 def _forward(sym, args, aux, data):
@@ -92,12 +104,22 @@ def _forward(sym, args, aux, data):
     return [o.astype("float32").asnumpy() for o in exe.forward(is_train=False)]
 
 
-def run(args, out=sys.stdout):
-    """Run the command from parsed arguments; return the exit status (user mistakes raise ValueError)."""
+def run(args, out=None):
+    """Run the command from parsed arguments; return the exit status (user mistakes raise ValueError).
+
+    The report goes to ``out`` (default: ``sys.stdout`` at the time of the call).
+    """
+    import mxnet as mx
+    out = out or sys.stdout
     from . import lists
-    from .convert import convert
     dtype = lists.normalize_dtype(args.dtype)
-    sym, arg_params, aux_params = _load(args.symbol, args.params)
+    sym, arg_params, aux_params = load_model(args.symbol, args.params)
+    with mx.util.np_shape(isinstance(sym, mx.sym.np._Symbol)):  # a numpy-mode export runs in its semantics
+        return _convert_and_report(args, out, dtype, sym, arg_params, aux_params)
+
+
+def _convert_and_report(args, out, dtype, sym, arg_params, aux_params):
+    from .convert import convert
     inputs = [n for n in sym.list_inputs() if n not in arg_params and n not in aux_params]
     shapes = args.input_shape or []
     _check_request(args, sym, dict(arg_params, **aux_params), inputs, shapes)
@@ -190,7 +212,11 @@ def _save_all(result, for_onnx, prefix, onnx_path, shapes):
                 os.path.abspath(path)))
             os.close(fd)
         if onnx_path:
-            export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
+            try:
+                export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
+            except AttributeError as err:  # how MXNet's exporter reports an op it has no converter for
+                raise ValueError("--onnx: MXNet's ONNX exporter cannot export this model: %s (nothing written)"
+                                 % (err.args[0] if err.args else err))
         result.symbol.save(tmp[final[-2]], remove_amp_cast=False)
         saved = {"arg:%s" % k: v for k, v in result.arg_params.items()}
         saved.update({"aux:%s" % k: v for k, v in result.aux_params.items()})

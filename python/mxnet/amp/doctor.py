@@ -5,7 +5,8 @@ precision op emulated (values rounded to the dtype, float32 kernels), which repr
 underflow on any machine. Ops whose low precision output turns inf/nan (or all zero) while the float32 output
 is finite (or not all zero) are reported in graph order (only where the trouble starts: consumers of a broken
 tensor are not listed), then the parameters whose gradients overflow at the
-initial loss scale, and advice.
+initial loss scale, and advice. Both runs execute the graph op by op as it is (no oneDNN fusion at bind), with
+the model's auxiliary states (BatchNorm statistics), which the gradient run does not modify.
 
     python -m mxnet.amp doctor --symbol net-symbol.json --params net-0000.params --input-shape 8,3,32,32
 """
@@ -21,6 +22,7 @@ from .policy import LP16, make_policy
 __all__ = ["Finding", "Report", "diagnose", "diagnose_block", "add_arguments", "run"]
 
 _MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+_LISTED = 6  # parameters named in the report text; the Report holds them all
 
 
 @dataclass(frozen=True)
@@ -68,23 +70,66 @@ class Report:
             out += ["  %-9s %-28s %-20s fp32 max |x| %.3g" % (f.kind, f.node, f.op, f.fp32_max_abs)
                     for f in self.findings]
         if self.overflowing_grads:
-            out.append("parameters whose gradients overflow at loss scale %g: %s"
-                       % (self.loss_scale, ", ".join(self.overflowing_grads)))
+            shown = self.overflowing_grads[:_LISTED]
+            more = len(self.overflowing_grads) - len(shown)
+            out.append("parameters whose gradients overflow at loss scale %g (%d): %s%s"
+                       % (self.loss_scale, len(self.overflowing_grads), ", ".join(shown),
+                          ", ... (%d more)" % more if more else ""))
         out.append("advice:")
         out += ["  - " + line for line in self.advice()]
         return "\n".join(out)
 
 
-def _outputs_by_node(sym, args, aux, ctx):
-    """Run ``sym`` once; return {node name: output array} for every op node's first output."""
+def _legacy(value, ctx):
+    """``value`` (NDArray, numpy-mode ndarray or NumPy array) as a legacy NDArray on ``ctx``."""
     import mxnet as mx
-    internals = sym.get_internals()
-    names = [n for n in internals.list_outputs() if n.endswith("_output")]
-    group = mx.sym.Group([internals[n] for n in names])
-    exe = group.bind(ctx, args={k: v for k, v in args.items() if k in group.list_arguments()},
-                     aux_states={k: v for k, v in aux.items() if k in group.list_auxiliary_states()},
-                     grad_req="null")
-    return {n[:-len("_output")]: o.asnumpy() for n, o in zip(names, exe.forward(is_train=False))}
+    if isinstance(value, mx.nd.NDArray):
+        return (value.as_nd_ndarray() if hasattr(value, "as_nd_ndarray") else value).as_in_context(ctx)
+    return mx.nd.array(value, ctx=ctx)
+
+
+def _as_list(outputs):
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def _float32_model(sym, arg_params, aux_params, ctx):
+    """The float32 model behind ``sym``: AMP's casts and rounding removed, parameters in float32."""
+    import mxnet as mx
+    plain = graph.drop_rounding(json.loads(sym.tojson(remove_amp_cast=True)))
+    out = mx.sym.load_json(json.dumps(plain))
+    params = [{k: _float32(_legacy(v, ctx)) for k, v in p.items()} for p in (arg_params, aux_params)]
+    return out, params[0], params[1]
+
+
+def _float32(array):
+    """Low precision arrays as float32 (through ``amp_cast``: a oneDNN bfloat16 layout cannot ``astype``)."""
+    import mxnet as mx
+    return mx.nd.amp_cast(array, dtype="float32") if graph.dtype_name(array.dtype) in lists.DTYPES else array
+
+
+def _outputs_by_node(sym, feed):
+    """Run ``sym`` once for inference; return {node name: first output as float32 NumPy} for every op node.
+
+    The graph runs as it is, op by op (a ``CachedOp`` of every node's output): an executor's ``bind`` would
+    hand it to oneDNN's subgraph backend, whose fusions change which ops exist.
+    """
+    import mxnet as mx
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))
+    ops = [i for i, n in enumerate(nodes["nodes"]) if n["op"] != "null"]
+    probe = mx.sym.load_json(json.dumps(dict(nodes, heads=[[i, 0, 0] for i in ops])))
+    outs = _as_list(mx.nd.CachedOp(probe)(*[feed[n] for n in probe.list_inputs()]))
+    return {nodes["nodes"][i]["name"]: _float32(o).asnumpy() for i, o in zip(ops, outs)}
+
+
+def _check_inputs(sym, params, data):
+    """Raise ValueError unless ``data`` holds exactly the inputs of ``sym`` that are not in ``params``."""
+    wanted = [n for n in sym.list_inputs() if n not in params]
+    missing = [n for n in wanted if n not in data]
+    unknown = sorted(set(data) - set(wanted))
+    problems = (["no value for %s" % ", ".join(missing)] if missing else []) + (
+        ["no input named %s" % ", ".join(unknown)] if unknown else [])
+    if problems:
+        raise ValueError("diagnose: %s; the model's data inputs are %s" % ("; ".join(problems), ", ".join(wanted)))
 
 
 def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None, ctx=None):
@@ -93,11 +138,12 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     Parameters
     ----------
     sym : Symbol
-        The model (legacy or numpy mode).
+        The model (legacy or numpy mode, one or several inputs and outputs). A graph already converted by
+        this library is diagnosed as the float32 model behind it: its AMP casts and rounding are removed.
     arg_params, aux_params : dict of str to NDArray
-        Its parameters.
+        Its parameters and auxiliary states (BatchNorm statistics; not modified).
     data : dict of str to array-like
-        The batch, by input name.
+        The batch, by input name: every input of ``sym`` that is not a parameter.
     dtype : {'float16', 'bfloat16'}
     loss_scale : float, optional
         Scale of the head gradient for the gradient check (default: 2**16 for float16, 1 for bfloat16).
@@ -107,20 +153,36 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     Returns
     -------
     Report
+
+    Raises
+    ------
+    ValueError
+        ``data`` misses an input of the model or names one it does not have.
     """
     import mxnet as mx
     ctx = ctx or mx.cpu()
     policy = make_policy(dtype, emulate=True)
     scale = float(loss_scale if loss_scale is not None else (2.0 ** 16 if policy.target_dtype == "float16" else 1.0))
-    inputs = {k: mx.nd.array(v, ctx=ctx) for k, v in data.items()}
-    args = dict({k: v.as_in_context(ctx) for k, v in arg_params.items()}, **inputs)
-    aux = {k: v.as_in_context(ctx) for k, v in aux_params.items()}
-    low, _ = graph.rewrite_symbol(sym, policy, ctx.device_type, {k: v.dtype for k, v in args.items()},
-                                  {k: v.shape for k, v in inputs.items()})
-    ref = _outputs_by_node(sym, args, aux, ctx)
-    got = _outputs_by_node(low, args, aux, ctx)
+    is_np = isinstance(sym, mx.sym.np._Symbol) or mx.util.is_np_shape()
+    sym, args, aux = _float32_model(sym, arg_params, aux_params, ctx)
+    _check_inputs(sym, dict(args, **aux), data)
+    feed = dict(args, **aux, **{k: _legacy(v, ctx) for k, v in data.items()})
+    with mx.util.np_shape(is_np):
+        low, _ = graph.rewrite_symbol(sym, policy, ctx.device_type, {k: v.dtype for k, v in feed.items()},
+                                      {k: feed[k].shape for k in data})
+        ref = _outputs_by_node(sym, feed)
+        got = _outputs_by_node(low, feed)
+        grads = _gradient_check(low, sym, feed, [k for k in args if k in sym.list_arguments()], scale)
     report = Report(policy.target_dtype, loss_scale=scale)
-    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    report.findings = _findings(json.loads(sym.tojson())["nodes"], ref, got, policy)
+    report.overflowing_grads, report.max_grad_abs = grads
+    return report
+
+
+def _findings(nodes, ref, got, policy):
+    """The ops whose low precision output breaks first, in graph order."""
+    import mxnet as mx
+    findings = []
     broken = set()  # nodes whose low precision output is already off: their consumers are not causes
     low_valued = set()  # nodes whose output a low precision run holds in the target dtype
     for node in nodes:
@@ -140,80 +202,101 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
         if kind is None:
             continue
         if not any(nodes[i[0]]["name"] in broken for i in node["inputs"]):
-            report.findings.append(Finding(name, node["op"], kind, float(np.abs(fp32).max())))
+            findings.append(Finding(name, node["op"], kind, float(np.abs(fp32).max())))
         broken.add(name)
-    report.overflowing_grads, report.max_grad_abs = _gradient_check(low, sym, args, aux, arg_params, scale, ctx)
-    return report
+    return findings
 
 
-def _gradient_check(low, sym, args, aux, params, scale, ctx):
-    """Backward of the low precision graph with head gradient ``scale``: params with non-finite grads."""
+def _gradients(sym, feed, wrt, scale):
+    """Gradients of ``wrt`` (names) for head gradient ``scale`` on every float output, in training mode."""
     import mxnet as mx
-    grads = {k: mx.nd.zeros(v.shape, ctx=ctx) for k, v in params.items()}
-    outs = []
-    for s, g in ((low, grads), (sym, {k: mx.nd.zeros(v.shape, ctx=ctx) for k, v in params.items()})):
-        exe = s.bind(ctx, args=args, args_grad={k: v for k, v in g.items() if k in s.list_arguments()},
-                     grad_req={k: ("write" if k in g else "null") for k in s.list_arguments()}, aux_states=aux)
-        heads = exe.forward(is_train=True)
-        exe.backward([mx.nd.ones(h.shape, ctx=ctx) * (scale if s is low else 1.0) for h in heads])
-        outs.append({k: v.asnumpy() for k, v in g.items()})
-    low_grads, fp32_grads = outs
-    bad = [k for k, v in low_grads.items() if not np.isfinite(v).all()]
+    arrays = {k: v.copy() for k, v in feed.items()}  # training mode updates the copies' BatchNorm statistics
+    for k in wrt:
+        arrays[k].attach_grad()
+    with mx.autograd.record():
+        outs = _as_list(mx.nd.CachedOp(sym)(*[arrays[n] for n in sym.list_inputs()]))
+    heads = [o for o in outs if np.dtype(o.dtype).kind == "f"]
+    mx.autograd.backward(heads, [mx.nd.ones(h.shape, ctx=h.context, dtype=h.dtype) * scale for h in heads])
+    return {k: arrays[k].grad.asnumpy() for k in wrt}
+
+
+def _gradient_check(low, sym, feed, wrt, scale):
+    """Backward of the low precision graph with head gradient ``scale``: params with non-finite grads, and
+    the largest float32 gradient (head gradient 1)."""
+    low_grads = _gradients(low, feed, wrt, scale)
+    fp32_grads = _gradients(sym, feed, wrt, 1.0)
+    bad = [k for k in wrt if not np.isfinite(low_grads[k]).all()]
     peak = max((float(np.abs(v).max()) for v in fp32_grads.values() if v.size), default=0.0)
     return bad, peak
 
 
 def diagnose_block(block, data, dtype="float16", loss_scale=None, ctx=None):
-    """:func:`diagnose` for a Gluon ``HybridBlock`` called on ``data`` (one array or a list of arrays)."""
-    import mxnet as mx
+    """:func:`diagnose` for a Gluon ``HybridBlock`` (legacy or numpy mode) called on ``data`` (one array or a
+    list of arrays)."""
     arrays = list(data) if isinstance(data, (list, tuple)) else [data]
     block.hybridize()
     block(*arrays)
     inputs, out = block._cached_graph
-    params = {p.name: p.data() for p in block.collect_params().values()}
+    wanted = set(out.list_inputs())
+    params = {p.name: p.data() for p in block.collect_params().values() if p.name in wanted}
     aux_names = set(out.list_auxiliary_states())
     return diagnose(out, {k: v for k, v in params.items() if k not in aux_names},
                     {k: v for k, v in params.items() if k in aux_names},
-                    {s.name: a.asnumpy() if isinstance(a, mx.nd.NDArray) else a for s, a in zip(inputs, arrays)},
-                    dtype, loss_scale, ctx)
-
-
-def _shape(text):
-    try:
-        shape = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        shape = ()
-    if not shape or min(shape) <= 0:
-        raise ValueError("--input-shape must be positive integers separated by commas, e.g. 1,3,224,224; "
-                         "got %r" % text)
-    return shape
+                    {s.name: a for s, a in zip(inputs, arrays)}, dtype, loss_scale, ctx)
 
 
 def add_arguments(parser):
     """Options of ``python -m mxnet.amp doctor``."""
+    from .convert_cli import shape_arg
     parser.add_argument("--symbol", required=True, help="NET-symbol.json")
     parser.add_argument("--params", required=True, help="NET-0000.params")
-    parser.add_argument("--input-shape", required=True, help="shape of the input 'data', e.g. 1,3,224,224")
-    parser.add_argument("--input-name", default="data")
-    parser.add_argument("--data", help=".npy file with the batch (default: standard normal values)")
-    parser.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
+    parser.add_argument("--input-shape", action="append", type=shape_arg, default=None,
+                        help="shape of one input, e.g. 1,3,224,224 (repeat for several inputs, in the model's "
+                             "order); the batch is standard normal values")
+    parser.add_argument("--data", help="the batch instead: .npy (one input) or .npz (one array per input name)")
+    parser.add_argument("--dtype", choices=lists.DTYPES, default="float16")
     parser.add_argument("--loss-scale", type=float, help="head gradient scale (default 65536 for float16)")
+
+
+def _batch(args, inputs):
+    """The batch by input name, from ``--data`` or random values of ``--input-shape``; ValueError if they
+    do not fit the model's ``inputs``."""
+    shapes = args.input_shape or []
+    if not args.data and not shapes:
+        raise ValueError("give --input-shape (one per input: %s) or --data" % ", ".join(inputs))
+    if shapes and len(shapes) != len(inputs):
+        raise ValueError("%d --input-shape given but the model has %d inputs (%s)"
+                         % (len(shapes), len(inputs), ", ".join(inputs)))
+    if not args.data:
+        rng = np.random.RandomState(0)
+        return {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(inputs, shapes)}
+    loaded = np.load(args.data)
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise ValueError("--data %s holds one array but the model has %d inputs (%s): save them with "
+                             "numpy.savez" % (args.data, len(inputs), ", ".join(inputs)))
+        batch = {inputs[0]: loaded}
+    else:
+        batch = dict(loaded.items())
+        if sorted(batch) != sorted(inputs):
+            raise ValueError("--data %s holds %s but the model's inputs are %s"
+                             % (args.data, ", ".join(sorted(batch)), ", ".join(inputs)))
+    for name, shape in zip(inputs, shapes):
+        if batch[name].shape != shape:
+            raise ValueError("--data has shape %s for %s but --input-shape is %s"
+                             % (batch[name].shape, name, shape))
+    return batch
 
 
 def run(args):
     """Load the model, diagnose it, print the report; return the exit status."""
     import os
     import mxnet as mx
-    for path in (args.symbol, args.params) + ((args.data,) if args.data else ()):
-        if not os.path.isfile(path):
-            raise FileNotFoundError("no such file: %s" % path)
-    shape = _shape(args.input_shape)
-    sym = mx.sym.load(args.symbol)
-    loaded = mx.nd.load(args.params)
-    arg = {k.split(":", 1)[-1]: v for k, v in loaded.items() if not k.startswith("aux:")}
-    aux = {k[4:]: v for k, v in loaded.items() if k.startswith("aux:")}
-    batch = np.load(args.data) if args.data else np.random.RandomState(0).standard_normal(shape).astype(np.float32)
-    if batch.shape != shape:
-        raise ValueError("--data has shape %s but --input-shape is %s" % (batch.shape, shape))
-    print(diagnose(sym, arg, aux, {args.input_name: batch}, args.dtype, args.loss_scale).format())
+    from .convert_cli import load_model
+    if args.data and not os.path.isfile(args.data):
+        raise FileNotFoundError("no such file: %s" % args.data)
+    sym, arg, aux = load_model(args.symbol, args.params)
+    batch = _batch(args, [n for n in sym.list_inputs() if n not in arg and n not in aux])
+    with mx.util.np_shape(isinstance(sym, mx.sym.np._Symbol)):
+        print(diagnose(sym, arg, aux, batch, args.dtype, args.loss_scale).format())
     return 0

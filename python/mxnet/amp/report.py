@@ -1,10 +1,12 @@
 """PNG plots for the demo report: loss curves, loss-scale history, and the precision map of a graph."""
+from collections import Counter
 import json
+import re
 
 from . import graph as _graph
 from .policy import FP32, LP16, NEUTRAL, WIDEST
 
-__all__ = ["precision_map", "plot_losses", "plot_loss_scale", "plot_precision_map"]
+__all__ = ["precision_map", "stage_summary", "plot_losses", "plot_loss_scale", "plot_precision_map"]
 
 #: How a node runs, in the order of the legend, with its colour.
 ROLES = (("low precision", "#f28e2b"), ("low precision (emulated)", "#ffbe7d"), ("float32", "#4e79a7"),
@@ -91,15 +93,123 @@ def _data_path(nodes):
     return kept, len(params), len(dropped) - len(params)
 
 
+def _block(name):
+    """The block a Gluon node name belongs to: the name without its layer (``resnetv10_stage1_conv0_fwd`` ->
+    ``resnetv10_stage1``); None for names that carry no block (oneDNN fused nodes ``sg_mkldnn_*``)."""
+    name = re.sub(r"_amp_(cast|round|multicast)(_\w+)?$", "", name)  # AMP's casts belong to their source
+    if name.startswith("sg_"):
+        return None
+    parts = [p for p in name.split("_") if p and p not in ("fwd", "output")]
+    return "_".join(parts[:-1]) or name
+
+
+def stage_summary(nodes):
+    """Group the data path of a :func:`precision_map` into blocks: ``[(block, Counter((op, role)))]``.
+
+    Consecutive nodes of one block (by name: a model-zoo stage, a Sequential, the top level) form one
+    group, in graph order; nodes without a block name (fused oneDNN nodes) join the block of their first input.
+    Parameters and their casts are left out, as in the picture.
+    """
+    nodes, _, _ = _data_path(nodes)
+    blocks, groups = [], []
+    for name, op, role, inputs in nodes:
+        block = _block(name)
+        if block is None:
+            block = blocks[inputs[0]] if inputs else name
+        blocks.append(block)
+        if op == "null":
+            continue
+        if not groups or groups[-1][0] != block:
+            groups.append((block, Counter()))
+        groups[-1][1][op, role] += 1
+    return groups
+
+
+#: Graphs with more data-path nodes than this are drawn as a per-block summary (one row per stage).
+DETAIL_LIMIT = 48
+
+
 def plot_precision_map(nodes, path, title, columns=12):
     """Draw a graph from :func:`precision_map` along the data path, coloured by how each node runs.
 
-    Parameters and their casts are left out of the picture and counted in the title. Nodes are placed by
-    depth, wrapped every ``columns`` levels.
+    Parameters and their casts are left out of the picture and counted in the title. A small graph is drawn
+    node by node (placed by depth, wrapped every ``columns`` levels); a larger one (more than
+    :data:`DETAIL_LIMIT` nodes: a ResNet) as one row per block (:func:`stage_summary`) listing its ops by
+    precision with their counts.
     """
+    kept, n_params, n_param_casts = _data_path(nodes)
+    subtitle = "(not drawn: %d parameters, %d casts of parameters)" % (n_params, n_param_casts)
+    if len(kept) > DETAIL_LIMIT:
+        _plot_summary(stage_summary(nodes), path, title, subtitle)
+    else:
+        _plot_nodes(kept, path, title, subtitle, columns)
+
+
+def _legend(ax, counts):
     from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(fc=c, ec="#555555", label="%s (%d)" % (r, counts[r])) for r, c in ROLES if counts[r]],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+
+def _plot_summary(groups, path, title, subtitle):
+    """One row per block: its ops as chips coloured by precision, ``op xN``, blocks joined top to bottom."""
     plt = _pyplot()
-    nodes, n_params, n_param_casts = _data_path(nodes)
+    colours = dict(ROLES)
+    prefix = _common_prefix([g for g, _ in groups])
+    rows = []  # per row: [(x centre, label, role)]
+    for _, ops in groups:
+        x, chips = 0.0, []
+        for (op, role), count in ops.items():
+            label = op.replace("_sg_mkldnn_", "onednn_") + (" x%d" % count if count > 1 else "")
+            step = max(1.1, 0.085 * len(label) + 0.3)
+            chips.append((x + step / 2 - 0.05, label, role))
+            x += step
+        rows.append((chips, x))
+    width = max(x for _, x in rows)
+    fig, ax = plt.subplots(figsize=(4.5 + 0.95 * width, 1.4 + 0.62 * len(groups)))
+    for row, ((block, ops), (chips, _)) in enumerate(zip(groups, rows)):
+        y = -row
+        ax.text(-0.2, y, block[len(prefix):] or block, ha="right", va="center", fontsize=9, fontweight="bold")
+        ax.text(-0.2, y - 0.28, "%d ops" % sum(ops.values()), ha="right", va="center", fontsize=7,
+                color="#555555")
+        for x, label, role in chips:
+            ax.text(x, y, label, ha="center", va="center", fontsize=7.5,
+                    bbox={"boxstyle": "round4" if role == "cast" else "round", "fc": colours[role],
+                          "ec": "#555555", "lw": 0.5})
+        if row:
+            ax.annotate("", xy=(-0.05, y + 0.22), xytext=(-0.05, y + 0.78),
+                        arrowprops={"arrowstyle": "->", "color": "#999999", "lw": 0.8})
+    ax.set_xlim(-2.6, width)
+    ax.set_ylim(-len(groups) + 0.4, 0.6)
+    ax.axis("off")
+    counts = Counter()
+    for _, ops in groups:
+        for (_, role), count in ops.items():
+            counts[role] += count
+    _legend(ax, counts)
+    ax.set_title("%s\none row per block%s, in graph order; %s"
+                 % (title, " (%s...)" % prefix if prefix else "", subtitle.strip("()")), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _common_prefix(names):
+    """The longest ``_``-separated prefix all ``names`` share, with its trailing ``_``."""
+    split = [n.split("_") for n in names]
+    common = []
+    for parts in zip(*split):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    if common and all(len(s) == len(common) for s in split):
+        common.pop()  # a name that is the prefix itself keeps a label
+    return "_".join(common) + "_" if common else ""
+
+
+def _plot_nodes(nodes, path, title, subtitle, columns):
+    """Every data-path node placed by depth, wrapped every ``columns`` levels."""
+    plt = _pyplot()
     depth = []
     for _, _, _, inputs in nodes:
         depth.append(1 + max((depth[i] for i in inputs), default=-1))
@@ -122,10 +232,8 @@ def plot_precision_map(nodes, path, title, columns=12):
     ax.set_xlim(-0.7, columns - 0.3)
     ax.set_ylim(-height + 0.4, 0.7)
     ax.axis("off")
-    counts = {r: sum(1 for n in nodes if n[2] == r) for r, _ in ROLES}
-    ax.legend(handles=[Patch(fc=c, ec="#555555", label="%s (%d)" % (r, counts[r])) for r, c in ROLES if counts[r]],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    ax.set_title("%s\n(not drawn: %d parameters, %d casts of parameters)" % (title, n_params, n_param_casts))
+    _legend(ax, Counter(n[2] for n in nodes))
+    ax.set_title("%s\n%s" % (title, subtitle))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
