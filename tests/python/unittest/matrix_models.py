@@ -75,8 +75,8 @@ class _Recurrent(gluon.HybridBlock):
         return self.fc(F.mean(self.rnn(x), axis=1))
 
 
-class _LegacyTransformer(gluon.HybridBlock):
-    """Embedding, single-head self-attention (batch_dot, softmax, Dropout), residual + LayerNorm."""
+class _Attention(gluon.HybridBlock):
+    """Embedding, single-head self-attention with Dropout, residual + LayerNorm, dense head."""
 
     def __init__(self, units=16, **kwargs):
         super().__init__(**kwargs)
@@ -88,6 +88,10 @@ class _LegacyTransformer(gluon.HybridBlock):
             self.norm = nn.LayerNorm()
             self.fc = nn.Dense(4)
 
+
+class _LegacyTransformer(_Attention):
+    """Legacy mode: batch_dot, softmax."""
+
     def hybrid_forward(self, F, tokens):
         h = self.embed(tokens)
         q, k, v = F.split(self.qkv(h), num_outputs=3, axis=2)
@@ -96,22 +100,13 @@ class _LegacyTransformer(gluon.HybridBlock):
         return self.fc(F.mean(h, axis=1))
 
 
-class _NumpyTransformer(gluon.HybridBlock):
-    """Numpy mode: np.matmul with np.swapaxes, np.einsum, npx.softmax, LayerNorm."""
-
-    def __init__(self, units=16, **kwargs):
-        super().__init__(**kwargs)
-        self._scale = 1.0 / math.sqrt(units)
-        with self.name_scope():
-            self.embed = nn.Embedding(20, units)
-            self.qkv = nn.Dense(3 * units, flatten=False)
-            self.norm = nn.LayerNorm()
-            self.fc = nn.Dense(4)
+class _NumpyTransformer(_Attention):
+    """Numpy mode: np.matmul with np.swapaxes, np.einsum, npx.softmax."""
 
     def hybrid_forward(self, F, tokens):
         h = self.embed(tokens)
         q, k, v = F.np.split(self.qkv(h), 3, axis=2)
-        att = F.npx.softmax(F.np.matmul(q, F.np.swapaxes(k, 1, 2)) * self._scale, axis=-1)
+        att = self.drop(F.npx.softmax(F.np.matmul(q, F.np.swapaxes(k, 1, 2)) * self._scale, axis=-1))
         h = self.norm(h + F.np.einsum("bqk,bkd->bqd", att, v))
         return self.fc(F.np.mean(h, axis=1))
 
