@@ -67,7 +67,7 @@ def test_round_type_both_directions_and_wrong_dtype():
     y = mx.sym.amp_round(mx.sym.var("x"), dtype="bfloat16")
     args, outs, _ = y.infer_type()
     assert args == [np.float32] and outs == [np.float32]
-    with pytest.raises(mx.MXNetError, match="amp_round: input 0 must be float32"):
+    with pytest.raises(mx.MXNetError, match=r"amp_round: input 0 must be float32 \(got float16"):
         y.infer_type(x=np.float16)
 
 
@@ -81,6 +81,18 @@ def test_multi_tensor_ops_shape_both_directions(op):
     args, shapes, _ = net.infer_shape(a=(3, 2), data=(1, 4))
     assert dict(zip(net.list_arguments(), args)) == {"a": (3, 2), "b": (6, 4), "data": (1, 4)}
     assert shapes == [(3, 2), (1, 6)]
+
+
+def test_multi_tensor_ops_type_with_unknown_inputs():
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    cast = mx.sym.amp_multi_cast(a, b, num_args=2, dtype="bfloat16")
+    args, outs, _ = cast.infer_type_partial(a=np.float32)
+    assert args == [np.float32, None] and len(outs) == 2  # b unknown, not an error; outputs the target
+    widest = mx.sym.amp_multi_widest_cast(a, b, num_args=2)
+    assert widest.infer_type_partial(a=np.float32)[1] == [None, None]  # needs every input
+    assert widest.infer_type(a=np.float16, b=np.float32)[1] == [np.float32, np.float32]
+    with pytest.raises(mx.MXNetError, match=r"amp_multi_cast: input 0 has dtype int32 \(code 4\); supported"):
+        cast.infer_type(a=np.int32, b=np.float32)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

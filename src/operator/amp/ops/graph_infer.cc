@@ -10,9 +10,10 @@
  *  - an unknown dimension (-1, e.g. an RNN begin state's batch size) reaches the library as 4294967295
  *    and comes back as that known size ("Provided = [1,4294967295,64]");
  *  - an output shape known from a consumer never flows back to the input (MXNet's amp_cast does that).
- * So the element-wise ops get MXNet-native FInferShape functions that unify each input with its output
- * in both directions and leave unknowns unknown, and amp_round an FInferType that does the same for its
- * float32 input and output. They are set with a higher priority level than the lib_api glue, through
+ * Its type glue likewise hands the library output types of 0 (float32) rather than unknown, so an input
+ * type not known yet is an error there. So the element-wise ops get MXNet-native FInferShape functions that
+ * unify each input with its output in both directions and leave unknowns unknown, and native FInferType
+ * functions: amp_round float32 on both sides, the casts the target (or widest) dtype once it is known. They are set with a higher priority level than the lib_api glue, through
  * nnvm::Op::set_attr, on the attribute maps of the loaded libmxnet.so (looked up by name: the library
  * keeps no link-time dependency on MXNet).
  *
@@ -35,6 +36,7 @@
 
 #include "mxnet/tuple.h"
 #include "nnvm/op.h"
+#include "../kernels/multi_tensor.h"
 
 namespace {
 
@@ -45,7 +47,7 @@ GetAttrMapFn g_get_attr_map = nullptr;
 
 // Level above lib_api's (10 for a new op, 11 for an overwritten one).
 constexpr int kPriority = 20;
-constexpr int kFloat32 = 0;
+using mxnet_amp::kFloat32;
 
 std::string shape_str(const mxnet::TShape& s) {
   if (!mxnet::ndim_is_known(s)) return "unknown";
@@ -92,6 +94,10 @@ bool flag_shape(const nnvm::NodeAttrs& attrs, mxnet::ShapeVector* in, mxnet::Sha
   return mxnet::shape_is_known(*in);
 }
 
+std::string dtype_text(int code) {
+  return std::string(mxnet_amp::dtype_name(code)) + " (code " + std::to_string(code) + ")";
+}
+
 // amp_round: float32 in, float32 out, whichever side is known first.
 bool round_type(const nnvm::NodeAttrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   for (std::vector<int>* side : {in, out}) {
@@ -99,10 +105,60 @@ bool round_type(const nnvm::NodeAttrs& attrs, std::vector<int>* in, std::vector<
     if (t == -1) t = kFloat32;
     if (t != kFloat32) {
       throw std::invalid_argument(attrs.op->name + ": " + (side == in ? "input" : "output") +
-                                  " 0 must be float32 (got dtype code " + std::to_string(t) + ")");
+                                  " 0 must be float32 (got " + dtype_text(t) + ")");
     }
   }
   return true;
+}
+
+// Every known input a float dtype; returns whether all are known.
+bool check_float(const nnvm::NodeAttrs& attrs, const std::vector<int>& in) {
+  bool known = true;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == -1) {
+      known = false;
+    } else if (!mxnet_amp::is_float_dtype(in[i])) {
+      throw std::invalid_argument(attrs.op->name + ": input " + std::to_string(i) + " has dtype " +
+                                  dtype_text(in[i]) + "; supported: float32, float64, float16, bfloat16");
+    }
+  }
+  return known;
+}
+
+void assign_outputs(const nnvm::NodeAttrs& attrs, int dtype, std::vector<int>* out) {
+  for (size_t i = 0; i < out->size(); ++i) {
+    int& t = (*out)[i];
+    if (t != -1 && t != dtype) {
+      throw std::invalid_argument(attrs.op->name + ": output " + std::to_string(i) + " must be " +
+                                  dtype_text(dtype) + " (got " + dtype_text(t) + ")");
+    }
+    t = dtype;
+  }
+}
+
+// amp_multi_cast: every output has the "dtype" attribute's type (parsed and checked by the op's glue).
+bool cast_type(const nnvm::NodeAttrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  const auto it = attrs.dict.find("dtype");
+  const std::string name = it == attrs.dict.end() ? "" : it->second;
+  const int dtype = name == "float16" ? mxnet_amp::kFloat16 : name == "bfloat16" ? mxnet_amp::kBfloat16
+                                                                                 : kFloat32;
+  const bool known = check_float(attrs, *in);
+  assign_outputs(attrs, dtype, out);
+  return known;
+}
+
+// amp_multi_widest_cast: every output has the widest input type, once every input type is known.
+bool widest_type(const nnvm::NodeAttrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  if (!check_float(attrs, *in)) return false;
+  assign_outputs(attrs, mxnet_amp::widest_dtype(in->data(), static_cast<int>(in->size())), out);
+  return true;
+}
+
+// amp_multi_unscale_check: float inputs, float32 flag (and sum of squares).
+bool flag_type(const nnvm::NodeAttrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  const bool known = check_float(attrs, *in);
+  assign_outputs(attrs, kFloat32, out);
+  return known;
 }
 
 template <typename V>
@@ -198,6 +254,9 @@ extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_pa
     }
     install(get_op, "amp_multi_unscale_check", "FInferShape", make_infer<mxnet::TShape, flag_shape>(gcc4));
     install(get_op, "amp_round", "FInferType", make_infer<int, round_type>(gcc4));
+    install(get_op, "amp_multi_cast", "FInferType", make_infer<int, cast_type>(gcc4));
+    install(get_op, "amp_multi_widest_cast", "FInferType", make_infer<int, widest_type>(gcc4));
+    install(get_op, "amp_multi_unscale_check", "FInferType", make_infer<int, flag_type>(gcc4));
   } catch (const std::exception& e) {
     error = e.what();
     return error.c_str();
