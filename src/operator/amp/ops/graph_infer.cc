@@ -11,11 +11,11 @@
  *    and comes back as that known size ("Provided = [1,4294967295,64]");
  *  - an output shape known from a consumer never flows back to the input (MXNet's amp_cast does that).
  * Its type glue likewise hands the library output types of 0 (float32) rather than unknown, so an input
- * type not known yet is an error there. So the element-wise ops get MXNet-native FInferShape functions that
- * unify each input with its output in both directions and leave unknowns unknown, and native FInferType
- * functions: amp_round float32 on both sides, the casts the target (or widest) dtype once it is known. They are set with a higher priority level than the lib_api glue, through
- * nnvm::Op::set_attr, on the attribute maps of the loaded libmxnet.so (looked up by name: the library
- * keeps no link-time dependency on MXNet).
+ * type not known yet is an error there. So the ops get MXNet-native inference functions: FInferShape unifies
+ * each input with its output in both directions and leaves unknowns unknown; FInferType makes amp_round
+ * float32 on both sides and the casts' outputs the target (or widest) dtype once it is known. They are set
+ * with a higher priority level than the lib_api glue, through nnvm::Op::set_attr, on the attribute maps of
+ * the loaded libmxnet.so (looked up by name: the library keeps no link-time dependency on MXNet).
  *
  * Two ABIs of the wheel have to be matched. Its std::string is the pre-C++11 one: this file is compiled
  * with _GLIBCXX_USE_CXX11_ABI=0 and shares no string with the other files. It was built by GCC 4.8, whose
@@ -24,7 +24,6 @@
  * set to one with the caller's convention when libmxnet.so's .comment names GCC 4.
  */
 #include <dlfcn.h>
-
 #include <elf.h>
 
 #include <cstring>
