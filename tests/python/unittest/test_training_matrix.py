@@ -25,8 +25,9 @@ that can abort the process run in a child process, so the suite never crashes:
 * numpy-mode transformer, native bfloat16: issue 11 (native mixed-dtype ``np.matmul``; oneDNN's bfloat16
   transpose, reached through ``np.swapaxes``, aborts).
 Native bfloat16 cells that raise today (issue 11: ops without a native bfloat16 kernel must run in float32):
-LSTM and GRU (RNN), legacy transformer (backward of an op with float32-only CPU kernels), interleaved attention
-(``_contrib_interleaved_matmul_selfatt_*`` are float32-only on CPU).
+LSTM and GRU (float input of 4 features: the RNN falls back to a kernel without bf16), legacy transformer
+(backward of an op with float32-only CPU kernels), interleaved attention (``_contrib_interleaved_matmul_selfatt_*``
+are float32-only on CPU).
 """
 import functools
 import json
@@ -50,6 +51,7 @@ COLUMNS = {"bf16_emulated": ("bfloat16", True), "bf16_native": ("bfloat16", Fals
 _DECONV = ("MXNet 1.9.1: oneDNN Deconvolution backward aborts when its weight is a computed tensor "
            "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one")
 _ISSUE11 = "issue 11: native bfloat16 %s"
+_RNN_FALLBACK = "RNN falls back to MXNet's own kernel here, which has no bf16 (rnn.cc: 'Unknown type enum 12')"
 # (row, hybridize or None for both, column) -> (reason, run in a child process)
 KNOWN_FAILURES = {
     ("deconv_decoder", False, "bf16_emulated"): (_DECONV, True),
@@ -57,8 +59,8 @@ KNOWN_FAILURES = {
     ("deconv_decoder", None, "bf16_native"): (_DECONV, True),
     ("numpy_transformer", None, "bf16_native"): (
         _ISSUE11 % "np.matmul of mixed dtypes fails, and oneDNN's bf16 transpose (np.swapaxes) aborts", True),
-    ("lstm", None, "bf16_native"): (_ISSUE11 % "RNN has no bf16 kernel ('Unknown type enum 12')", False),
-    ("gru", None, "bf16_native"): (_ISSUE11 % "RNN has no bf16 kernel ('Unknown type enum 12')", False),
+    ("lstm", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
+    ("gru", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
     ("legacy_transformer", None, "bf16_native"): (
         _ISSUE11 % "backward of an op with float32-only CPU kernels gets bf16", False),
     ("interleaved_attention", None, "bf16_native"): (
