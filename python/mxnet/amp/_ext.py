@@ -48,7 +48,17 @@ def _load(path):
             "`bash tools/build_dev.sh` (dev tree) or `pip install .`, or set MXNET_AMP_LIBRARY "
             "to the path of a built libmxnet_amp.so" % path)
     mx.library.load(path, verbose=False)
+    _install_graph_inference(path)
     return path
+
+
+def _install_graph_inference(path):
+    """Give the ops MXNet-native graph shape/type inference (both directions; lib_api 11 has one)."""
+    install = ctypes.CDLL(path).mxnet_amp_install_graph_inference
+    install.restype = ctypes.c_char_p
+    error = install(os.fsencode(mx.base._LIB._name))
+    if error is not None:
+        raise ImportError("mxnet.amp: cannot install graph shape inference: %s" % error.decode())
 
 
 LIBRARY_PATH = _load(_library_path())

@@ -223,7 +223,7 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
     try:
         mx.onnx.export_model(out_sym, params, in_shapes=[tuple(s) for s in input_shapes],
                              in_types=input_types, onnx_file_path=tmp)
-        _initializers_out_of_inputs(tmp)
+        _post_process(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -231,14 +231,19 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
     return path
 
 
-def _initializers_out_of_inputs(path):
-    """Drop weights from the graph inputs (MXNet's exporter lists them there, which blocks constant folding)."""
+def _post_process(path):
+    """Fix what MXNet's exporter writes: weights listed as graph inputs (which blocks constant folding), and
+    equal ``Split``s without ``num_outputs`` (its RNN converter's; opset 18+ needs the attribute)."""
     import onnx
     model = onnx.load(path)
     weights = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in weights]
     del model.graph.input[:]
     model.graph.input.extend(inputs)
+    for node in model.graph.node:
+        if (node.op_type == "Split" and len(node.input) < 2
+                and "num_outputs" not in {a.name for a in node.attribute}):
+            node.attribute.append(onnx.helper.make_attribute("num_outputs", len(node.output)))
     onnx.save(model, path)
 
 

@@ -1,0 +1,116 @@
+"""The training matrix: every architecture row trained under every AMP column, against float32.
+
+Each cell trains the row's tiny model (matrix_models.py) for 8 Adam steps on fixed synthetic batches, from the
+same seeds, once in float32 and once under ``amp.init`` (with ``init_trainer``/``scale_loss``), hybridized and
+imperative, and asserts:
+
+* no error, every loss finite;
+* the loss decreases (last step below the first);
+* the final loss within ``K * u * L0`` of the float32 run's final loss, where ``u`` is the unit roundoff of the
+  target dtype (2^-8 for bfloat16, 2^-11 for float16: the relative error of one rounding), ``L0`` the float32
+  run's first loss (the scale of the loss), and ``K`` a model-dependent factor (``K_FACTOR``): how many
+  roundings' worth of error the row may accumulate over 8 steps. K = 4 for every row: measured at most 0.5
+  (CNN with BatchNorm, bfloat16) on this machine, so the bound has an 8x margin and still fails a cell whose
+  loss drifts by a few percent.
+
+Columns: bfloat16 emulated (every machine; forced with ``emulate=True``), bfloat16 native (only where
+``policy.native_support('bfloat16', 'cpu')``, else skipped with the reason), float16 emulated on CPU. float16 on
+GPU is tests/python/gpu/test_training_matrix_gpu.py.
+
+Cells that fail today are marked ``xfail(strict=False)`` with the reason (they pass the day it is fixed). Those
+that can abort the process run in a child process, so the suite never crashes:
+* Deconvolution decoder, imperative, every AMP column, and native bfloat16 hybridized: MXNet 1.9.1's oneDNN
+  Deconvolution backward aborts when its weight is a computed tensor (plain float32 reproduces it:
+  ``w = w0 * 1.0``), and AMP's cast or rounded weight is one (hybridized emulation is not affected);
+* numpy-mode transformer, native bfloat16: issue 11 (native mixed-dtype ``np.matmul``; oneDNN's bfloat16
+  transpose, reached through ``np.swapaxes``, aborts).
+Native bfloat16 cells that raise today (issue 11: ops without a native bfloat16 kernel must run in float32):
+LSTM and GRU (float input of 4 features: the RNN falls back to a kernel without bf16), legacy transformer
+(backward of an op with float32-only CPU kernels), interleaved attention (``_contrib_interleaved_matmul_selfatt_*``
+are float32-only on CPU).
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from mxnet.amp import policy
+
+import matrix_models
+
+U = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+K_FACTOR = {row: 4 for row in matrix_models.ROWS}
+
+COLUMNS = {"bf16_emulated": ("bfloat16", True), "bf16_native": ("bfloat16", False),
+           "fp16_emulated": ("float16", True)}
+
+_DECONV = ("MXNet 1.9.1: oneDNN Deconvolution backward aborts when its weight is a computed tensor "
+           "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one")
+_ISSUE11 = "issue 11: native bfloat16 %s"
+_RNN_FALLBACK = "RNN falls back to MXNet's own kernel here, which has no bf16 (rnn.cc: 'Unknown type enum 12')"
+# (row, hybridize or None for both, column) -> (reason, run in a child process)
+KNOWN_FAILURES = {
+    ("deconv_decoder", False, "bf16_emulated"): (_DECONV, True),
+    ("deconv_decoder", False, "fp16_emulated"): (_DECONV, True),
+    ("deconv_decoder", None, "bf16_native"): (_DECONV, True),
+    ("numpy_transformer", None, "bf16_native"): (
+        _ISSUE11 % "np.matmul of mixed dtypes fails, and oneDNN's bf16 transpose (np.swapaxes) aborts", True),
+    ("lstm", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
+    ("gru", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
+    ("legacy_transformer", None, "bf16_native"): (
+        _ISSUE11 % "backward of an op with float32-only CPU kernels gets bf16", False),
+    ("interleaved_attention", None, "bf16_native"): (
+        _ISSUE11 % "_contrib_interleaved_matmul_selfatt_* have float32-only CPU kernels", False),
+}
+
+
+def _known(row, hybridize, column):
+    return KNOWN_FAILURES.get((row, hybridize, column)) or KNOWN_FAILURES.get((row, None, column))
+
+
+@functools.lru_cache(maxsize=None)
+def _float32_losses(row, hybridize):
+    return tuple(matrix_models.train(row, hybridize))
+
+
+def _train_in_child(row, hybridize, dtype, emulate, reason):
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix_models.py")
+    proc = subprocess.run([sys.executable, script, row, str(int(hybridize)), dtype, str(int(emulate))],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.xfail("%s (child exit %d: %s)" % (reason, proc.returncode, proc.stderr.strip()[-200:]))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cells():
+    for row in matrix_models.ROWS:
+        for hybridize in (True, False):
+            for column in COLUMNS:
+                known = _known(row, hybridize, column)
+                marks = [pytest.mark.xfail(strict=False, reason=known[0])] if known and not known[1] else []
+                yield pytest.param(row, hybridize, column, marks=marks,
+                                   id="%s-%s-%s" % (row, "hybrid" if hybridize else "imperative", column))
+
+
+@pytest.mark.parametrize("row,hybridize,column", list(_cells()))
+def test_training_cell(row, hybridize, column):
+    dtype, emulate = COLUMNS[column]
+    if not emulate and not policy.native_support(dtype, "cpu"):
+        pytest.skip("no native %s CPU kernels here (oneDNN needs AVX-512; or MXNET_AMP_EMULATE=1)" % dtype)
+    reference = _float32_losses(row, hybridize)
+    known = _known(row, hybridize, column)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # emulation notices
+        if known and known[1]:
+            losses = _train_in_child(row, hybridize, dtype, emulate, known[0])
+        else:
+            losses = matrix_models.train(row, hybridize, dtype, emulate)
+    assert np.isfinite(losses).all(), losses
+    assert reference[-1] < reference[0], reference
+    assert losses[-1] < losses[0], losses
+    tolerance = K_FACTOR[row] * U[dtype] * reference[0]
+    assert abs(losses[-1] - reference[-1]) <= tolerance, (losses, reference, tolerance)
