@@ -55,9 +55,13 @@ def build(name, bn_stats="random"):
     kwargs = {} if MODELS[name][1] == "classifier" else {"pretrained_base": False}
     net = model_zoo.get_model(name, pretrained=False, **kwargs)
     mx.random.seed(0)
-    net.initialize(mx.init.Xavier(magnitude=2), force_reinit=True)
+    net.initialize()  # then Xavier for the weights (detectors have vectors without an initializer of their own)
     x = mx.nd.array(np.random.RandomState(0).uniform(0, 1, MODELS[name][0]))
     net(x)
+    xavier = mx.init.Xavier(magnitude=2)
+    for p in net.collect_params().values():
+        if p.name.endswith("weight") and len(p.shape) >= 2:
+            xavier(mx.init.InitDesc(p.name), p.data())
     rng = np.random.RandomState(1)
     for p in net.collect_params().values() if bn_stats == "random" else ():
         if p.name.endswith(("running_var", "gamma")):

@@ -38,8 +38,6 @@ def converted(tmp_path_factory, saved):
             onnx_path = None if model.no_onnx else str(folder / "low.onnx")
             argv = ["convert", "--symbol", prefix + "-symbol.json", "--params", prefix + "-0000.params",
                     "--dtype", dtype, "--out", out_prefix] + _shapes(model)
-            if model.transposes:
-                argv += ["--emulate", "yes"]
             cache[model, dtype] = (_cli(argv + (["--onnx", onnx_path] if onnx_path else [])), out_prefix,
                                    onnx_path)
         return cache[model, dtype]
@@ -47,7 +45,7 @@ def converted(tmp_path_factory, saved):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("model", zoo.params("convert"))
+@pytest.mark.parametrize("model", zoo.params())
 def test_convert(model, dtype, converted):
     text, out_prefix, _ = converted(model, dtype)
     deviations = [line for line in text.splitlines() if line.startswith("deviation:")]
@@ -56,7 +54,7 @@ def test_convert(model, dtype, converted):
     for line in deviations:
         assert "max rel " in line, text  # measured: the converted model ran
         rel = float(line.split("max rel ")[1].split()[0])
-        assert rel < (zoo.NATIVE_BF16_TOLERANCE if native else zoo.TOLERANCE[dtype]), text
+        assert rel < zoo.TOLERANCE[dtype], text
     with mx.util.np_shape(model.export == "numpy"):
         sym = mx.sym.load(out_prefix + "-symbol.json")
         params = mx.nd.load(out_prefix + "-0000.params")
@@ -65,7 +63,7 @@ def test_convert(model, dtype, converted):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("model", zoo.params("onnx"))
+@pytest.mark.parametrize("model", zoo.params())
 def test_onnx_runs_in_onnxruntime(model, dtype, converted, saved):
     """The ``--onnx`` file agrees with the float32 model in onnxruntime."""
     if model.no_onnx:
@@ -110,7 +108,7 @@ def _legacy(model):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("model", zoo.params("doctor"))
+@pytest.mark.parametrize("model", zoo.params())
 def test_doctor(model, dtype, saved, tmp_path):
     _, prefix, names = saved(model)
     mx.npx.reset_np()
@@ -124,7 +122,7 @@ def test_doctor(model, dtype, saved, tmp_path):
     assert "advice:" in lines
 
 
-@pytest.mark.parametrize("model", zoo.params("doctor", [m for m in zoo.MODELS if m.name == "resnet18_v1"]))
+@pytest.mark.parametrize("model", zoo.params([m for m in zoo.MODELS if m.name == "resnet18_v1"]))
 def test_doctor_finds_an_injected_overflow(model, saved, tmp_path):
     """One stage-3 convolution's weights scaled past float16's range: that convolution is found first."""
     _, prefix, _ = saved(model)
