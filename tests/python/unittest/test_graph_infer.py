@@ -114,7 +114,13 @@ def test_emulated_conversion_binds_from_data_shape_alone(dtype):
     ex.copy_params_from(low_args, low_aux)
     ex.arg_dict["data"][:] = x
     full = low.bind(mx.cpu(), dict(low_args, data=x))
-    np.testing.assert_array_equal(ex.forward()[0].asnumpy(), full.forward()[0].asnumpy())
+    expected = full.forward()[0].asnumpy()
+    np.testing.assert_array_equal(ex.forward()[0].asnumpy(), expected)
+    mod = mx.mod.Module(low, label_names=None)  # the Module API binds from data_shapes the same way
+    mod.bind(data_shapes=[("data", (1, 3, 8, 8))], for_training=False)
+    mod.set_params(low_args, low_aux)
+    mod.forward(mx.io.DataBatch([x]))
+    np.testing.assert_array_equal(mod.get_outputs()[0].asnumpy(), expected)
 
 
 # ---- RNN layers -----------------------------------------------------------------------------------------
