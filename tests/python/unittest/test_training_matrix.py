@@ -45,26 +45,19 @@ import matrix_models
 U = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 K_FACTOR = {row: 4 for row in matrix_models.ROWS}
 
-COLUMNS = {"bf16_emulated": ("bfloat16", True), "bf16_native": ("bfloat16", False),
+#: column -> (dtype, emulate): True forces emulation, None is amp.init's default (native kernels where the device
+#: has them, plain float32 for ops without one; the column runs only where the CPU runs bfloat16 natively).
+COLUMNS = {"bf16_emulated": ("bfloat16", True), "bf16_native": ("bfloat16", None),
            "fp16_emulated": ("float16", True)}
+_EMULATE_ARG = {True: "1", None: "auto"}
 
 _DECONV = ("MXNet 1.9.1: oneDNN Deconvolution backward aborts when its weight is a computed tensor "
            "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one")
-_ISSUE11 = "issue 11: native bfloat16 %s"
-_RNN_FALLBACK = "RNN falls back to MXNet's own kernel here, which has no bf16 (rnn.cc: 'Unknown type enum 12')"
 # (row, hybridize or None for both, column) -> (reason, run in a child process)
 KNOWN_FAILURES = {
     ("deconv_decoder", False, "bf16_emulated"): (_DECONV, True),
     ("deconv_decoder", False, "fp16_emulated"): (_DECONV, True),
-    ("deconv_decoder", None, "bf16_native"): (_DECONV, True),
-    ("numpy_transformer", None, "bf16_native"): (
-        _ISSUE11 % "np.matmul of mixed dtypes fails, and oneDNN's bf16 transpose (np.swapaxes) aborts", True),
-    ("lstm", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
-    ("gru", None, "bf16_native"): (_ISSUE11 % _RNN_FALLBACK, False),
-    ("legacy_transformer", None, "bf16_native"): (
-        _ISSUE11 % "backward of an op with float32-only CPU kernels gets bf16", False),
-    ("interleaved_attention", None, "bf16_native"): (
-        _ISSUE11 % "_contrib_interleaved_matmul_selfatt_* have float32-only CPU kernels", False),
+    ("deconv_decoder", False, "bf16_native"): (_DECONV, True),
 }
 
 
@@ -79,7 +72,7 @@ def _float32_losses(row, hybridize):
 
 def _train_in_child(row, hybridize, dtype, emulate, reason):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix_models.py")
-    proc = subprocess.run([sys.executable, script, row, str(int(hybridize)), dtype, str(int(emulate))],
+    proc = subprocess.run([sys.executable, script, row, str(int(hybridize)), dtype, _EMULATE_ARG[emulate]],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.xfail("%s (child exit %d: %s)" % (reason, proc.returncode, proc.stderr.strip()[-200:]))
@@ -99,7 +92,7 @@ def _cells():
 @pytest.mark.parametrize("row,hybridize,column", list(_cells()))
 def test_training_cell(row, hybridize, column):
     dtype, emulate = COLUMNS[column]
-    if not emulate and not policy.native_support(dtype, "cpu"):
+    if emulate is None and not policy.native_support(dtype, "cpu"):
         pytest.skip("no native %s CPU kernels here (oneDNN needs AVX-512; or MXNET_AMP_EMULATE=1)" % dtype)
     reference = _float32_losses(row, hybridize)
     known = _known(row, hybridize, column)
