@@ -17,17 +17,11 @@ Columns: bfloat16 emulated (every machine; forced with ``emulate=True``), bfloat
 ``policy.native_support('bfloat16', 'cpu')``, else skipped with the reason), float16 emulated on CPU. float16 on
 GPU is tests/python/gpu/test_training_matrix_gpu.py.
 
-Cells that fail today are marked ``xfail(strict=False)`` with the reason (they pass the day it is fixed). Those
-that can abort the process run in a child process, so the suite never crashes:
-* Deconvolution decoder, imperative, every AMP column, and native bfloat16 hybridized: MXNet 1.9.1's oneDNN
-  Deconvolution backward aborts when its weight is a computed tensor (plain float32 reproduces it:
-  ``w = w0 * 1.0``), and AMP's cast or rounded weight is one (hybridized emulation is not affected);
-* numpy-mode transformer, native bfloat16: issue 11 (native mixed-dtype ``np.matmul``; oneDNN's bfloat16
-  transpose, reached through ``np.swapaxes``, aborts).
-Native bfloat16 cells that raise today (issue 11: ops without a native bfloat16 kernel must run in float32):
-LSTM and GRU (float input of 4 features: the RNN falls back to a kernel without bf16), legacy transformer
-(backward of an op with float32-only CPU kernels), interleaved attention (``_contrib_interleaved_matmul_selfatt_*``
-are float32-only on CPU).
+Columns: the native one runs amp.init's default there (bfloat16 kernels where MXNet has them, plain float32 for
+ops without one). Cells that fail today are marked ``xfail(strict=False)`` with the reason (they pass the day it
+is fixed) and run in a child process, since they abort: the Deconvolution decoder, imperative, every AMP column.
+MXNet 1.9.1's oneDNN Deconvolution backward aborts when its weight is a computed tensor (plain float32
+reproduces it: ``w = w0 * 1.0``), and AMP's cast or rounded weight is one; hybridized graphs are not affected.
 """
 import functools
 import json

@@ -23,7 +23,6 @@ from mxnet.amp.policy import FOLLOW, FP32, LP16, WIDEST, native_support
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 NATIVE_BF16 = native_support("bfloat16", "cpu")
-ISSUE_13 = "emulated rounding (amp_round) infers parameter shapes only forwards yet (issue 13)"
 
 
 def _nodes(sym):
@@ -68,8 +67,6 @@ def _module_forward(sym, args, aux, x):
 
 @pytest.mark.parametrize("offline", [True, False])
 def test_converted_checkpoint_binds_in_module(tmp_path, offline):
-    if not offline and not NATIVE_BF16:
-        pytest.skip(ISSUE_13)
     x = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (1, 3, 8, 8)))
     sym, args, aux = _checkpoint(_cnn(), tmp_path, x.shape)
     ref = _module_forward(sym, args, aux, x)
@@ -423,8 +420,6 @@ def _bucket_forward(mod, length):
 
 @pytest.mark.parametrize("offline", [True, False])
 def test_convert_bucketing_module(offline):
-    if not offline and not NATIVE_BF16:
-        pytest.skip(ISSUE_13)
     mod = _bucketing_module()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the emulation warning on CPUs without AVX-512
