@@ -12,7 +12,7 @@ graphs, so both follow one set of lists. Conversion adds three things on top:
   in float32, already rounded to the target dtype, and its rounding node disappears.
 * **A summary** (:class:`ConversionSummary`): casts in the graph, ops per precision, parameter bytes.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import json
 import warnings
 
@@ -46,6 +46,9 @@ class ConversionSummary:
         Op nodes the lists want in low precision, by how they run (:meth:`~mxnet.amp.policy.Policy.lp16_mode`):
         'native' (target dtype kernel), 'emulated', 'float32' (no such kernel on a device that runs the
         target dtype natively).
+    kernels : tuple of (str, int)
+        Nodes that run this project's library kernels, per kernel (``amp_fully_connected``, ...); they are
+        counted as 'native' in ``lp16_modes`` too.
     casts, multicasts : int
         Cast nodes in the converted graph: ``amp_cast`` + ``amp_round`` (emulation rounding), and
         ``amp_multicast``.
@@ -68,13 +71,15 @@ class ConversionSummary:
     params_cast: int
     param_bytes_before: int
     param_bytes_after: int
+    kernels: tuple = ()
 
     def as_dict(self):
         """Return a JSON-safe dict of every field."""
         return {"target_dtype": self.target_dtype, "device_type": self.device_type, "fused": self.fused,
                 "emulated": self.emulated, "casts": self.casts, "multicasts": self.multicasts,
                 "ops": dict(self.ops), "lp16_modes": dict(self.lp16_modes), "params_cast": self.params_cast,
-                "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after}
+                "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after,
+                "kernels": dict(self.kernels)}
 
     def format(self):
         """Return a short human-readable report (several lines)."""
@@ -84,6 +89,8 @@ class ConversionSummary:
         modes = dict(self.lp16_modes)
         lp16 = "%d native, %d emulated, %d in float32 (no %s kernel for the op on this device)" % (
             modes.get("native", 0), modes.get("emulated", 0), modes.get("float32", 0), self.target_dtype)
+        if self.kernels:
+            lp16 += "; on this project's oneDNN 3 kernels: %s" % ", ".join("%s %d" % kv for kv in self.kernels)
         return "\n".join([
             "target dtype:     %s on %s, %s%s" % (self.target_dtype, self.device_type, mode,
                                                   ", oneDNN-fused" if self.fused else ""),
@@ -106,7 +113,7 @@ class Conversion:
 
 def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", target_dtype_ops=None,
             fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False,
-            ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
+            ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False, kernels="auto"):
     """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
 
     Parameters
@@ -141,6 +148,11 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     keep_lp16_outputs : bool
         Leave outputs in the target dtype where the last op ran in it; by default they come back in their
         original dtype (float32).
+    kernels : {'auto', 'mxnet'}
+        Whose kernels run the matrix products. ``'auto'``: this project's oneDNN 3 kernels
+        (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``) in place of FullyConnected, batch_dot
+        and matmul where the device runs the target dtype natively and they are available
+        (:meth:`~mxnet.amp.policy.Policy.library_kernel`); ``'mxnet'``: MXNet's own.
 
     Returns
     -------
@@ -162,13 +174,15 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     device_type = _device_type(ctx)
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     excluded = list(excluded_sym_names or ())
+    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate,
+                         keep_lp16_outputs=keep_lp16_outputs, kernels=kernels)
     if fuse:
+        sym = graph.route_library_kernels(sym, policy, device_type)
         if arg_params or aux_params:
             sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, excluded)
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
         excluded += _fused_nodes_to_exclude(sym, set(excluded), set(fp32_ops or ()))
-    policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded, emulate,
-                         keep_lp16_outputs=keep_lp16_outputs)
+        policy = replace(policy, excluded_sym_names=tuple(excluded))
     params = dict(arg_params, **aux_params)
     var_dtypes = {name: arr.dtype for name, arr in params.items()}
     new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes, inference=True)
@@ -193,7 +207,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         policy.target_dtype, device_type, fuse, emulated,
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
         sum(n["op"] == "amp_multicast" for n in gdict["nodes"]), tuple(sorted(stats.actions.items())),
-        tuple(sorted(stats.lp16_modes.items())), len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
+        tuple(sorted(stats.lp16_modes.items())), len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())),
+        tuple(sorted(stats.kernels.items())))
     return Conversion(out_sym, new_args, new_aux, summary)
 
 
@@ -220,7 +235,7 @@ def _stacklevel_outside_package():
 
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                   ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False):
+                   ctx=None, fuse=None, emulate=None, input_names=None, keep_lp16_outputs=False, kernels="auto"):
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
     With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
@@ -234,12 +249,12 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     """
     return convert(sym, None, None, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                    excluded_sym_names, cast_params_offline, ctx, fuse, emulate, input_names,
-                   keep_lp16_outputs).symbol
+                   keep_lp16_outputs, kernels).symbol
 
 
 def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                  ctx=None, fuse=None, emulate=None, keep_lp16_outputs=False):
+                  ctx=None, fuse=None, emulate=None, keep_lp16_outputs=False, kernels="auto"):
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     See :func:`convert` for the parameters (use it directly to get the :class:`ConversionSummary` too).
@@ -251,14 +266,14 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
     >>> mx.model.save_checkpoint("resnet-bf16", 0, sym, args, aux, remove_amp_cast=False)
     """
     out = convert(sym, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, None, keep_lp16_outputs)
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, None, keep_lp16_outputs, kernels)
     return out.symbol, out.arg_params, out.aux_params
 
 
 def convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
                          cast_params_offline=False, *, fuse=None, emulate=None, layout=None,
-                         keep_lp16_outputs=False):
+                         keep_lp16_outputs=False, kernels="auto"):
     """Convert a Gluon ``HybridBlock``; return a runnable ``SymbolBlock`` with the converted parameters.
 
     Parameters
@@ -298,7 +313,7 @@ def convert_hybrid_block(block, data_example, target_dtype="float16", target_dty
     arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     res = convert(out, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names, keep_lp16_outputs)
+                  excluded_sym_names, cast_params_offline, ctx, fuse, emulate, names, keep_lp16_outputs, kernels)
     sym, arg_params, aux_params = res.symbol, res.arg_params, res.aux_params
     if layout == "NHWC":
         from .layout import convert_layout
