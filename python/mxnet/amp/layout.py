@@ -9,8 +9,10 @@ graph outputs keep their layout. Each convolution node carries ``__amp_layout__`
 runs in, or ``"unchanged: <reason>"``.
 
 MXNet 1.9.1 runs Convolution only in NCHW on CPU, so the rewritten graphs need a GPU context. On CPU,
-``emulate=True`` runs every channels-last convolution as transpose -> NCHW convolution -> transpose while
-everything else is rewritten for real: the way the rewrite is proven correct without a GPU.
+``emulate=True`` runs every channels-last convolution as transpose -> NCHW convolution -> transpose, and
+every channels-last BatchNorm as BatchNorm(axis=1) of a (-1, C, 1, 1) Reshape (MXNet 1.9.1's oneDNN
+BatchNorm over axis 3 can crash on AVX-512 CPUs), while everything else is rewritten for real: the way
+the rewrite is proven correct without a GPU.
 """
 import json
 import warnings

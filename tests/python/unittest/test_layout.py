@@ -1,6 +1,9 @@
 """amp_layout pass: CPU proofs (emulated channels-last convolutions vs the original fp32 graph) and
 structural checks of the real channels-last graphs (transposes only at region boundaries, layouts)."""
 import json
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import mxnet as mx
@@ -243,8 +246,55 @@ def test_emulated_graph_matches_original(name):
 
     conv_sym, conv_args, conv_aux = layout.convert_layout(sym, args, aux, {"data": x.shape},
                                                           ctx=mx.cpu(), emulate=True, allow_3d=True)
+    # oneDNN's BatchNorm over axis 3 can crash: see test_emulated_batchnorm_after_nchw_one_by_one_map
+    for graph in (train_graph, conv_sym):
+        assert {a.get("axis", "1") for a in _nodes_attrs(graph, "BatchNorm")} <= {"1"}
     (out,) = _forward(conv_sym, conv_args, conv_aux, x)
     np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+# Run in a child process, so that a crash fails the test: on AVX-512 CPUs oneDNN keeps convolution
+# outputs in its nhwc layout, and MXNet 1.9.1's BatchNorm(axis=3) of an (N, 1, 1, C) tensor, whose
+# input and output it reshapes to (N, C, 1, 1) as views, then reuses the primitive cached by an NCHW
+# BatchNorm of the (N, C, 1, 1) convolution output: segmentation fault or heap corruption.
+_ONE_BY_ONE_MAP = textwrap.dedent('''
+    import mxnet as mx, numpy as np
+    from mxnet.gluon import nn
+    from mxnet.amp import layout
+    mx.random.seed(0)
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(16, 3, strides=2, padding=1), nn.BatchNorm(), nn.Activation("relu"))
+    net.initialize(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    x = mx.nd.array(rng.uniform(-1, 1, (2, 3, 2, 2)))  # a 1x1 map after the convolution
+    head = mx.nd.array(rng.uniform(-1, 1, (2, 16, 1, 1)))
+    net(x)  # imperative: oneDNN's BatchNorm primitive for the NCHW (2, 16, 1, 1) map is cached
+    sym = net(mx.sym.var("data"))
+    params = {p.name: p.data() for p in net.collect_params().values()}
+    aux = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
+    args = {k: v for k, v in params.items() if k not in aux}
+    new = layout.optimize_layout(sym, input_shapes={"data": x.shape}, ctx=mx.cpu(), emulate=True)
+    def run(graph, train):  # gradients bound when training: no conv+BatchNorm fusion then
+        grads = {k: mx.nd.zeros_like(v) for k, v in args.items()} if train else None
+        exe = graph.bind(mx.cpu(), dict(args, data=x), args_grad=grads,
+                         aux_states={k: v.copy() for k, v in aux.items()})
+        out = exe.forward(is_train=train)[0]
+        if train:
+            exe.backward(head)
+        return [out.asnumpy()] + ([grads[k].asnumpy() for k in sorted(grads)] if train else [])
+    for train in (False, True):
+        refs = run(sym, train)
+        for got, ref in zip(run(new, train), refs):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    print("ok")
+''')
+
+
+def test_emulated_batchnorm_after_nchw_one_by_one_map():
+    proc = subprocess.run([sys.executable, "-c", _ONE_BY_ONE_MAP], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.returncode,
+                                                                         proc.stderr[-2000:])
 
 
 def test_training_graph_gradients_match():
@@ -335,7 +385,7 @@ def test_resnet50_converted_has_transposes_only_at_input():
     net = vision.resnet50_v1()
     net.initialize()
     x = mx.nd.zeros((1, 3, 224, 224))
-    net(x)
+    net(x)  # imperative: oneDNN's BatchNorm primitive for the NCHW (2, 16, 1, 1) map is cached
     sym = net(mx.sym.var("data"))
     aux_names = set(sym.list_auxiliary_states())
     params = {p.name: p.data() for p in net.collect_params().values()}

@@ -30,8 +30,8 @@ NEUTRAL = (g.BATCH_NORM + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE 
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
            g.CONTAINERS + g.ADAPTIVE_POOLING + g.IMAGE + g.GRAPH_SAMPLING + g.MAX_MIN +
-           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_MATMUL + g.BF16_KERNEL_BROKEN)
-WIDEST = g.ELEMWISE_MULTI_INPUT + g.TRUE_DIVIDE + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
+           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_MATMUL + g.BF16_KERNEL_BROKEN + g.SCALAR_ADDITION)
+WIDEST = g.ELEMWISE_MULTI_INPUT + g.ELEMWISE_MULTIPLY + g.TRUE_DIVIDE + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
 CONDITIONAL_FP32 = (
@@ -69,6 +69,10 @@ REASONS = g.REASONS + (
      "gradient check/statistics op (finite check, LARS ratios): fp16 kernels with fp32 "
      "outputs"),
     (g.TRUE_DIVIDE, "division of two tensors: inputs cast to the widest type among them"),
+    (g.ADAPTIVE_POOLING,
+     "pooling/resampling by weighted averages of neighbours: float16 kernels, runs in the arriving type"),
+    (g.ELEMWISE_MULTIPLY, "product of two tensors: inputs cast to the widest type among them"),
+    (g.SCALAR_ADDITION, "a tensor plus a constant: float16 kernels, runs in the arriving type"),
     (g.BF16_KERNEL_BROKEN,
      "moves or selects values, exact in any float type: runs in the arriving type (only its bfloat16 "
      "kernel is broken in MXNet 1.9.1)"),

@@ -147,17 +147,17 @@ LOSSES = (
 
 # Cheap unary and tensor-scalar elementwise ops with fp16 and bf16 kernels.
 ELEMWISE_SIMPLE = (
-    "_DivScalar", "_MaximumScalar", "_MinimumScalar", "_MinusScalar", "_ModScalar", "_MulScalar",
-    "_PlusScalar", "_RMinusScalar", "_RModScalar", "_contrib_backward_gradientmultiplier",
+    "_DivScalar", "_MaximumScalar", "_MinimumScalar", "_ModScalar", "_MulScalar",
+    "_RModScalar", "_contrib_backward_gradientmultiplier",
     "_contrib_div_sqrt_dim", "_contrib_gradientmultiplier", "_contrib_round_ste",
-    "_contrib_sign_ste", "_div_scalar", "_maximum_scalar", "_minimum_scalar", "_minus_scalar",
-    "_mod_scalar", "_mul_scalar", "_npi_abs", "_npi_absolute", "_npi_add_scalar", "_npi_arctan",
+    "_contrib_sign_ste", "_div_scalar", "_maximum_scalar", "_minimum_scalar",
+    "_mod_scalar", "_mul_scalar", "_npi_abs", "_npi_absolute", "_npi_arctan",
     "_npi_cbrt", "_npi_ceil", "_npi_clip", "_npi_cos", "_npi_degrees", "_npi_fix", "_npi_floor",
     "_npi_maximum_scalar", "_npi_minimum_scalar", "_npi_mod_scalar", "_npi_multiply_scalar",
     "_npi_nan_to_num", "_npi_negative", "_npi_radians", "_npi_rint", "_npi_rmod_scalar",
-    "_npi_rsubtract_scalar", "_npi_sign", "_npi_sin", "_npi_sqrt", "_npi_subtract_scalar",
-    "_npi_tanh", "_npi_trunc", "_npi_where_scalar2", "_npx_relu", "_npx_sigmoid", "_plus_scalar",
-    "_rminus_scalar", "_rmod_scalar", "_sparse__contrib_round_ste", "_sparse__contrib_sign_ste",
+    "_npi_sign", "_npi_sin", "_npi_sqrt",
+    "_npi_tanh", "_npi_trunc", "_npi_where_scalar2", "_npx_relu", "_npx_sigmoid",
+    "_rmod_scalar", "_sparse__contrib_round_ste", "_sparse__contrib_sign_ste",
     "_sparse_abs", "_sparse_arctan", "_sparse_cbrt", "_sparse_ceil", "_sparse_clip", "_sparse_cos",
     "_sparse_degrees", "_sparse_fix", "_sparse_floor", "_sparse_negative", "_sparse_radians",
     "_sparse_relu", "_sparse_rint", "_sparse_round", "_sparse_sigmoid", "_sparse_sign",
@@ -207,16 +207,28 @@ AROUND = ("_npi_around",)
 
 # Arithmetic on two or more tensors.
 ELEMWISE_MULTI_INPUT = (
-    "ElementWiseSum", "_Div", "_Maximum", "_Minimum", "_Minus", "_Mod", "_Mul", "_Plus", "_add",
+    "ElementWiseSum", "_Div", "_Maximum", "_Minimum", "_Minus", "_Mod", "_Plus", "_add",
     "_contrib_index_copy", "_div", "_grad_add", "_identity_with_attr_like_rhs", "_maximum",
-    "_minimum", "_minus", "_mod", "_mul", "_npi_add", "_npi_maximum", "_npi_minimum", "_npi_mod",
-    "_npi_multiply", "_npi_subtract", "_plus", "_scatter_elemwise_div", "_sparse_ElementWiseSum",
+    "_minimum", "_minus", "_mod", "_npi_add", "_npi_maximum", "_npi_minimum", "_npi_mod",
+    "_npi_subtract", "_plus", "_scatter_elemwise_div", "_sparse_ElementWiseSum",
     "_sparse_add_n", "_sparse_broadcast_add", "_sparse_broadcast_div", "_sparse_broadcast_minus",
-    "_sparse_broadcast_mul", "_sparse_broadcast_plus", "_sparse_broadcast_sub",
-    "_sparse_elemwise_add", "_sparse_elemwise_div", "_sparse_elemwise_mul", "_sparse_elemwise_sub",
+    "_sparse_broadcast_plus", "_sparse_broadcast_sub",
+    "_sparse_elemwise_add", "_sparse_elemwise_div", "_sparse_elemwise_sub",
     "_sub", "add_n", "broadcast_add", "broadcast_div", "broadcast_maximum", "broadcast_minimum",
-    "broadcast_minus", "broadcast_mod", "broadcast_mul", "broadcast_plus", "broadcast_sub",
-    "elemwise_add", "elemwise_div", "elemwise_mul", "elemwise_sub",
+    "broadcast_minus", "broadcast_mod", "broadcast_plus", "broadcast_sub",
+    "elemwise_add", "elemwise_div", "elemwise_sub",
+)
+
+# Products of two tensors (gates and masks: squeeze-excitation, attention, hard-swish).
+ELEMWISE_MULTIPLY = (
+    "_Mul", "_mul", "_npi_multiply", "_sparse_broadcast_mul", "_sparse_elemwise_mul", "broadcast_mul",
+    "elemwise_mul",
+)
+
+# A tensor plus or minus a constant (x + 3 in hard-swish, 1 + mask): the constant can dominate the values.
+SCALAR_ADDITION = (
+    "_MinusScalar", "_PlusScalar", "_RMinusScalar", "_minus_scalar", "_npi_add_scalar", "_npi_rsubtract_scalar", "_npi_subtract_scalar", "_plus_scalar",
+    "_rminus_scalar",
 )
 
 # numpy true division of two tensors.
@@ -516,9 +528,6 @@ REASONS = (
     (BATCH_NORM_FP32_ONLY, "deprecated BatchNorm_v1: float32-only type check"),
     (NORMALIZATION, "normalisation layer: mean/variance statistics need fp32"),
     (SOFTMAX, "softmax family: exp + normalisation, fp32 for numerical stability"),
-    (ADAPTIVE_POOLING,
-     "pooling/resampling by weighted averages of neighbours: native kernels accept fp16 "
-     "and bf16 (probe_bf16)"),
     (LOSS_HEADS,
      "legacy loss head whose backward ignores the head gradient: fp32 inputs, loss scale "
      "applied through its scale attribute"),

@@ -19,7 +19,8 @@
  * Needs the shapes inferred by MXNet (`__ext_shape__`): call it with the input arrays given.
  *
  * Options (flags, "0"/"1"): emulate runs each channels-last convolution as transpose -> channels-first
- * convolution -> transpose (CPU proof of the rewrite; everything else is rewritten for real);
+ * convolution -> transpose, and each channels-last BatchNorm as BatchNorm(axis=1) between Reshapes
+ * (CPU proof of the rewrite; everything else is rewritten for real);
  * offline_weights as above; allow_3d also rewrites 3-D convolutions, which MXNet 1.9.1 cannot run in
  * NDHWC (its cuDNN convolution takes 3-D data in NCDHW only), so they are left unchanged by default.
  */
@@ -230,8 +231,38 @@ class LayoutPass {
     if (op == "Flatten" || op == "flatten") return FollowFlatten(n, rank);
     if (op == "FullyConnected" && IsTrue(Attr(n, "flatten", "True"))) return FollowFlatten(n, rank);
     AxisOp axis_op;
-    if (FindAxisOp(op, &axis_op)) return FollowAllOfRank(n, rank, &axis_op);
-    return false;
+    if (!FindAxisOp(op, &axis_op)) return false;
+    if (op == "BatchNorm" && emulate_) return EmulateBatchNorm(n, rank, &axis_op);
+    return FollowAllOfRank(n, rank, &axis_op);
+  }
+
+  /*!
+   * \brief Emulation: BatchNorm over the channels of a channels-last tensor as BatchNorm(axis=1) of
+   * its (-1, C, 1, 1) Reshape, reshaped back (to (-1, C), then like the input): the same values.
+   * MXNet 1.9.1's oneDNN BatchNorm makes that reshape itself for axis != 1, as views of its input and
+   * output, and can then reuse a primitive cached for a tensor of those dims in oneDNN's nhwc layout
+   * (an earlier channels-first BatchNorm after a convolution with a 1x1 map, on CPUs where oneDNN
+   * picks nhwc: AVX-512); the process crashes. Reshape nodes give BatchNorm its own tensors. A
+   * BatchNorm over another axis stays channels-first.
+   */
+  bool EmulateBatchNorm(Node* n, int rank, const AxisOp* axis_op) {
+    int axis = std::stoi(Attr(n, axis_op->attr, std::to_string(axis_op->default_axis)));
+    const Shape* shape = ShapeOf(n->inputs[0]);
+    if ((axis != 1 && axis != 1 - rank) || !shape || static_cast<int>(shape->size()) != rank ||
+        !FollowAllOfRank(n, rank, axis_op)) {
+      return false;
+    }
+    NodeEntry in = n->inputs[0];
+    Node* rows = AddNode(n->name + "_amp_emul_in0", "Reshape", {in});
+    rows->attrs["shape"] = "(-1, " + std::to_string((*shape)[1]) + ", 1, 1)";
+    Rewire(n, 0, {rows, 0});
+    n->attrs[axis_op->attr] = "1";
+    // Reshape, unlike reshape_like, reads an output left in a oneDNN layout (by a cached primitive).
+    Node* flat = AddNode(n->name + "_amp_emul_flat", "Reshape", {{n, 0}});
+    flat->attrs["shape"] = "(-1, " + std::to_string((*shape)[1]) + ")";
+    Node* back = AddNode(n->name + "_amp_emul_out", "reshape_like", {{flat, 0}, in});
+    where_[Key(n, 0)] = Where{{back, 0}, true};
+    return true;
   }
 
   bool FollowPerIndex(Node* n, int rank) {
