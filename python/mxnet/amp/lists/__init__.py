@@ -316,11 +316,14 @@ def native_lp16_ops(dtype, device_type):
     ValueError
         For an unknown dtype or device type.
     """
-    native = _table(dtype).native_lp16
-    if device_type not in native:
+    return _for_device(_table(dtype).native_lp16, device_type)
+
+
+def _for_device(per_device, device_type):
+    if device_type not in per_device:
         raise ValueError("Unknown device_type %r: expected one of %s"
-                         % (device_type, ", ".join(repr(d) for d in sorted(native))))
-    return native[device_type]
+                         % (device_type, ", ".join(repr(d) for d in sorted(per_device))))
+    return per_device[device_type]
 
 
 def library_kernels(dtype, device_type):
@@ -335,11 +338,7 @@ def library_kernels(dtype, device_type):
     ValueError
         For an unknown dtype or device type.
     """
-    kernels = _table(dtype).library_kernels
-    if device_type not in kernels:
-        raise ValueError("Unknown device_type %r: expected one of %s"
-                         % (device_type, ", ".join(repr(d) for d in sorted(kernels))))
-    return kernels[device_type]
+    return _for_device(_table(dtype).library_kernels, device_type)
 
 
 def natively_fed_ops(dtype, device_type):
