@@ -308,7 +308,7 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
     if not policy.keep_lp16_outputs:  # outputs in their original dtype, as from the float32 graph
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new
                  for new, old in zip(heads, graph["heads"])]
-    out = _float32_library_outputs(assemble(graph, build.nodes, build.num_outputs, heads), policy)
+    out = _float32_library_outputs(assemble(graph, build.nodes, build.num_outputs, heads), policy, var_dtypes)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
 
 
@@ -341,13 +341,17 @@ def route_library_kernels(sym, policy, device_type):
     return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out
 
 
-def _float32_library_outputs(graph, policy):
+def _float32_library_outputs(graph, policy, var_dtypes):
     """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
 
-    A product whose readers are casts to float32, through dtype-neutral one-input ops (``x / sqrt(d)``
-    before a float32 softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run
-    in float32 (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
+    A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
+    are float32: a residual sum), through dtype-neutral one-input ops (``x / sqrt(d)`` before a float32
+    softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in float32
+    (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
     """
+    if not any(node["op"] in _LIBRARY_OPS for node in graph["nodes"]):
+        return graph
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
     readers = {}
     for nid, node in enumerate(graph["nodes"]):
         for src, idx, _ in node["inputs"]:
@@ -363,6 +367,10 @@ def _float32_library_outputs(graph, policy):
             node = graph["nodes"][nid]
             if node["op"] == "amp_cast":
                 if node["attrs"]["dtype"] != "float32":
+                    return False
+            elif node["op"] == "amp_multicast":
+                others = [dtypes.get(tuple(e[:2])) for e in node["inputs"] if tuple(e[:2]) != entry]
+                if not others or any(d != "float32" for d in others):
                     return False
             elif (len(node["inputs"]) != 1 or node["op"] in CAST_OPS
                   or policy.action(node["op"], node.get("attrs"), node["name"]) != NEUTRAL
