@@ -308,7 +308,10 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
     if not policy.keep_lp16_outputs:  # outputs in their original dtype, as from the float32 graph
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new
                  for new, old in zip(heads, graph["heads"])]
-    out = _float32_library_outputs(assemble(graph, build.nodes, build.num_outputs, heads), policy, var_dtypes)
+    out = assemble(graph, build.nodes, build.num_outputs, heads)
+    if inference:
+        out = _fuse_relu(out)
+    out = _float32_library_outputs(out, policy, var_dtypes)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
 
 
@@ -339,6 +342,26 @@ def route_library_kernels(sym, policy, device_type):
         return sym
     out = mx.sym.load_json(json.dumps(graph))
     return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out
+
+
+def _fuse_relu(graph):
+    """Inference graphs: a ReLU that is the sole reader of an ``amp_fully_connected`` becomes its
+    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+    uses = Counter((src, idx) for node in graph["nodes"] for src, idx, _ in node["inputs"])
+    uses.update((src, idx) for src, idx, _ in graph["heads"])
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
+            continue
+        src, idx, _ = node["inputs"][0]
+        fc = graph["nodes"][src]
+        if fc["op"] == "amp_fully_connected" and "act_type" not in fc.get("attrs", {}) and uses[(src, idx)] == 1:
+            alias[(nid, 0)] = (src, idx)
+            fused[src] = dict(fc, attrs=dict(fc.get("attrs", {}), act_type="relu"))
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
 
 
 def _float32_library_outputs(graph, policy, var_dtypes):

@@ -239,13 +239,15 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
 def _mxnet_kernels(gdict):
     """``gdict`` with this project's matrix products as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
-    float32: the same values, unrounded."""
+    float32: the same values, unrounded; a fused ``act_type`` an ``Activation`` after the op."""
     counts = graph.num_outputs(gdict)
     nodes, new_counts, remap = [], [], {}
     for nid, node in enumerate(gdict["nodes"]):
         inputs = [remap[(src, idx)] for src, idx, _ in node["inputs"]]
+        act = None
         if node["op"] in _MXNET_OPS:
             attrs = dict(node.get("attrs", {}))
+            act = attrs.pop("act_type", None)
             if attrs.pop("out_dtype", None) == "float32":
                 for k, entry in enumerate(inputs):
                     nodes.append({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
@@ -256,6 +258,11 @@ def _mxnet_kernels(gdict):
         nodes.append(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]))
         new_counts.append(counts[nid])
         remap.update({(nid, i): (len(nodes) - 1, i) for i in range(counts[nid])})
+        if act is not None:  # a fused activation: MXNet's Activation after the op
+            nodes.append({"op": "Activation", "name": node["name"] + "_" + act, "attrs": {"act_type": act},
+                          "inputs": [[len(nodes) - 1, 0, 0]]})
+            new_counts.append(1)
+            remap[(nid, 0)] = (len(nodes) - 1, 0)
     return graph.assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
 
 

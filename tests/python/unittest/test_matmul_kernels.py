@@ -107,6 +107,27 @@ def test_matmul_broadcasts_like_numpy(sa, sb):
 
 
 @requires_onednn3
+def test_fused_relu_matches_fully_connected_then_relu():
+    x, w, b = _values(7, 129), _values(33, 129), _values(33)
+    head = _values(7, 33)
+    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], mx.nd.array(head), num_hidden=33,
+                     act_type="relu", out_dtype="float32")
+    ref, mag, k = _fc_reference(x, w, b, True)
+    _check(y.asnumpy(), np.maximum(ref, 0), mag, k, "float32")
+    rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
+    for a in rounded:
+        a.attach_grad()
+    with autograd.record():
+        ref_y = mx.nd.relu(mx.nd.FullyConnected(*rounded, num_hidden=33))
+    ref_y.backward(mx.nd.array(head))
+    for got, want in zip(ours, rounded):
+        want = want.grad.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+    with pytest.raises(mx.base.MXNetError, match="act_type must be relu \\(got 'tanh'\\)"):
+        mx.nd.amp_fully_connected(_bf16(x), _bf16(w), num_hidden=33, no_bias=True, act_type="tanh").wait_to_read()
+
+
+@requires_onednn3
 def test_offset_views_and_float32_operands():
     big = _values(6, 7, 129)
     view = _bf16(big)[2:5]  # an NDArray view at an offset into its parent's storage
@@ -268,6 +289,27 @@ def test_products_read_only_as_float32_write_float32(monkeypatch):
     div = next(i for i, n in enumerate(nodes) if n["op"] == "_div_scalar")
     softmax = next(n for n in nodes if n["op"] == "softmax")
     assert softmax["inputs"][0][0] == div  # no cast between them any more
+
+
+@requires_onednn3
+def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    x = mx.sym.var("data")
+    h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=8, name="fc1"), act_type="relu", name="relu1")
+    sym = mx.sym.FullyConnected(h, num_hidden=4, name="fc2")
+    out = C.convert(sym, None, None, "bfloat16", fuse=False)
+    nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
+    assert "Activation" not in [n["op"] for n in nodes]
+    assert next(n for n in nodes if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
+    train, _ = graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs keep the ReLU
+    assert "Activation" in _ops(train)
+    rng = np.random.RandomState(3)
+    args = {"data": rng.uniform(-1, 1, (5, 6)), "fc1_weight": rng.uniform(-1, 1, (8, 6)),
+            "fc1_bias": rng.uniform(-1, 1, (8,)), "fc2_weight": rng.uniform(-1, 1, (4, 8)),
+            "fc2_bias": rng.uniform(-1, 1, (4,))}
+    got = out.symbol.eval(ctx=mx.cpu(), **{k: mx.nd.array(v) for k, v in args.items()})[0].asnumpy()
+    want = sym.eval(ctx=mx.cpu(), **{k: mx.nd.array(v) for k, v in args.items()})[0].asnumpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.03 * np.abs(want).max())
 
 
 @requires_onednn3

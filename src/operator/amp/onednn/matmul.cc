@@ -58,7 +58,7 @@ memory::desc plain_desc(int ndims, const int64_t* dims, const int64_t* strides, 
 
 // The problem without its data pointers: the cache key.
 std::string problem_key(const AmpMatmul& m) {
-  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype};
+  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.relu};
   for (const int64_t* v : {m.a_dims, m.a_strides, m.b_dims, m.b_strides, m.c_dims, m.c_strides}) {
     k.insert(k.end(), v, v + m.ndims);
   }
@@ -77,6 +77,11 @@ std::shared_ptr<const Cached> create(const AmpMatmul& m) {
   entry->c = plain_desc(m.ndims, m.c_dims, m.c_strides, tc);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (m.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
   dnnl::matmul::primitive_desc pd;
   if (m.bias_dtype >= 0) {
     memory::dims bias_dims(m.ndims, 1);

@@ -5,7 +5,8 @@
  *
  * Operands are float32 or bfloat16 (both the same), products accumulate in float32, and the output has
  * the operands' dtype unless the attribute out_dtype (float32 or bfloat16) says otherwise. Attributes are
- * those of the MXNet op each one replaces, so the graph rewriter only renames the node.
+ * those of the MXNet op each one replaces, so the graph rewriter only renames the node; amp_fully_connected
+ * also takes act_type="relu" (a ReLU fused into the product: oneDNN post-op; the gradient masks dy).
  *
  * Every product, gradients included, is one call of a strided matmul (onednn/matmul_api.h): a transposed
  * operand is a view with swapped strides, never a copy. An output stored transposed is computed as
@@ -73,11 +74,17 @@ bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype) {
 
 struct FCParams {
   long num_hidden = 0;
-  bool no_bias = false, flatten = true;
+  bool no_bias = false, flatten = true, relu = false;
   int out_dtype = -1;
 };
 
 bool parse_fc(const Attrs& attrs, FCParams* p) {
+  const auto act = attrs.find("act_type");
+  if (act != attrs.end() && act->second != "relu") {
+    MX_ERROR_MSG << kFC << ": attribute act_type must be relu (got '" << act->second << "')";
+    return false;
+  }
+  p->relu = act != attrs.end();
   return parse_int(kFC, attrs, "num_hidden", &p->num_hidden) &&
          parse_bool(kFC, attrs, "no_bias", false, &p->no_bias) &&
          parse_bool(kFC, attrs, "flatten", true, &p->flatten) && parse_out_dtype(kFC, attrs, &p->out_dtype);
@@ -164,10 +171,10 @@ AmpMatmulFn backend(const char* op) {
   return fn;
 }
 
-// c = a b (+ bias), one oneDNN matmul.
+// c = a b (+ bias) (then max(0, c) with relu), one oneDNN matmul.
 bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias = nullptr,
-          int bias_dtype = -1) {
-  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t());
+          int bias_dtype = -1, bool relu = false) {
+  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), nullptr, -1, relu);
   AmpMatmulFn fn = backend(op);
   if (fn == nullptr) return false;
   AmpMatmul m;
@@ -176,6 +183,7 @@ bool gemm(const char* op, const View& a, const View& b, const View& c, const voi
   m.b_dtype = b.dtype;
   m.c_dtype = c.dtype;
   m.bias_dtype = bias == nullptr ? -1 : bias_dtype;
+  m.relu = relu ? 1 : 0;
   std::copy(a.dims, a.dims + kMaxDims, m.a_dims);
   std::copy(a.strides, a.strides + kMaxDims, m.a_strides);
   std::copy(b.dims, b.dims + kMaxDims, m.b_dims);
@@ -302,10 +310,13 @@ MXReturnValue fc_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std:
   const void* bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
   const int bias_dtype = p.no_bias ? -1 : static_cast<int>((*inputs)[2].dtype);
   if (k == 0) {  // empty sum: bias (or zeros)
-    for (int64_t i = 0; i < m * n; ++i) store(y.data_ptr, yv.dtype, i, bias ? load(bias, bias_dtype, i % n) : 0.f);
+    for (int64_t i = 0; i < m * n; ++i) {
+      const float v = bias ? load(bias, bias_dtype, i % n) : 0.f;
+      store(y.data_ptr, yv.dtype, i, p.relu && v < 0.f ? 0.f : v);
+    }
     return MX_SUCCESS;
   }
-  return gemm(kFC, xv, wv.t(), yv, bias, bias_dtype) ? MX_SUCCESS : MX_FAIL;
+  return gemm(kFC, xv, wv.t(), yv, bias, bias_dtype, p.relu) ? MX_SUCCESS : MX_FAIL;
 }
 
 MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
@@ -327,7 +338,21 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   }
   const MXTensor& dy_t = (*inputs)[0];
   Scratch keep;
-  const View dy = contiguous(in_dtype(dy_t, dt, &keep), dt, {m, n});
+  void* g = in_dtype(dy_t, dt, &keep);
+  const void* g_sum = dy_t.data_ptr;  // what the bias gradient sums
+  int g_sum_dtype = static_cast<int>(dy_t.dtype);
+  if (p.relu) {  // dy where the output is positive, else 0
+    const MXTensor& y = (*inputs)[p.no_bias ? 3 : 4];
+    if (g == dy_t.data_ptr) g = scratch(&keep, m * n);
+#pragma omp parallel for
+    for (int64_t i = 0; i < m * n; ++i) {
+      const bool on = load(y.data_ptr, static_cast<int>(y.dtype), i) > 0.f;
+      store(g, dt, i, on ? load(dy_t.data_ptr, static_cast<int>(dy_t.dtype), i) : 0.f);
+    }
+    g_sum = g;
+    g_sum_dtype = dt;
+  }
+  const View dy = contiguous(g, dt, {m, n});
   if (k > 0) {
     const View xv = contiguous(x.data_ptr, dt, {m, k});
     const View wv = contiguous(w.data_ptr, dt, {n, k});
@@ -338,12 +363,10 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   }
   if (!p.no_bias) {  // column sums of dy, float32
     MXTensor& db = (*outputs)[2];
-    const void* g = dy_t.data_ptr;
-    const int gt = static_cast<int>(dy_t.dtype);
 #pragma omp parallel for
     for (int64_t j = 0; j < n; ++j) {
       float s = 0.f;
-      for (int64_t i = 0; i < m; ++i) s += load(g, gt, i * n + j);
+      for (int64_t i = 0; i < m; ++i) s += load(g_sum, g_sum_dtype, i * n + j);
       store(db.data_ptr, static_cast<int>(db.dtype), j, s);
     }
   }
