@@ -215,6 +215,10 @@ void store(void* p, int dtype, int64_t i, float v) {
   }
 }
 
+void zero(MXTensor* t) {
+  for (int64_t i = 0; i < t->size(); ++i) store(t->data_ptr, static_cast<int>(t->dtype), i, 0.f);
+}
+
 // Buffers of one op call (OpResource::alloc_cpu hands out one temporary space, reused by a second call).
 using Scratch = std::vector<std::vector<float>>;
 
@@ -331,9 +335,7 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   MXTensor& dx = (*outputs)[0];
   MXTensor& dw = (*outputs)[1];
   if (m == 0 || n == 0 || k == 0) {
-    for (MXTensor& g : *outputs) {
-      for (int64_t i = 0; i < g.size(); ++i) store(g.data_ptr, static_cast<int>(g.dtype), i, 0.f);
-    }
+    for (MXTensor& g : *outputs) zero(&g);
     if (m == 0 || n == 0 || p.no_bias) return MX_SUCCESS;
   }
   const MXTensor& dy_t = (*inputs)[0];
@@ -495,7 +497,7 @@ MXReturnValue dot_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   const View c = with_ptr(pr.c, y.data_ptr, static_cast<int>(y.dtype));
   if (empty(c)) return MX_SUCCESS;
   if (pr.a.cols() == 0) {
-    for (int64_t i = 0; i < y.size(); ++i) store(y.data_ptr, c.dtype, i, 0.f);
+    zero(&y);
     return MX_SUCCESS;
   }
   return gemm(kOp, pr.a, pr.b, c) ? MX_SUCCESS : MX_FAIL;
@@ -555,9 +557,7 @@ MXReturnValue dot_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
   const View da = with_ptr(pr.a, ga.data_ptr, static_cast<int>(ga.dtype));
   const View db = with_ptr(pr.b, gb.data_ptr, static_cast<int>(gb.dtype));
   if (empty(pr.c) || pr.a.cols() == 0) {
-    for (MXTensor& g : *outputs) {
-      for (int64_t i = 0; i < g.size(); ++i) store(g.data_ptr, static_cast<int>(g.dtype), i, 0.f);
-    }
+    for (MXTensor& g : *outputs) zero(&g);
     return MX_SUCCESS;
   }
   Scratch keep;
