@@ -392,14 +392,19 @@ try:
     error = None
 except mx.base.MXNetError as e:
     error = str(e)
+fc = None
+if _ext.onednn()[0]:
+    x, w = (mx.nd.array(v) for v in json.loads(os.environ["AMP_TEST_FC"]))
+    fc = mx.nd.amp_fully_connected(x, w, num_hidden=w.shape[0], no_bias=True, out_dtype="float32").asnumpy().tolist()
 maps = [l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l or "libdnnl" in l]
-print(json.dumps({"onednn": _ext.onednn(), "ops": ops, "error": error, "libs": sorted(set(maps))}))
+print(json.dumps({"onednn": _ext.onednn(), "ops": ops, "error": error, "libs": sorted(set(maps)), "fc": fc}))
 """
 
 
 def _child(**env):
     env = dict(os.environ, MXNET_AMP_EMULATE="0", **env)
     env.pop("LD_LIBRARY_PATH", None)
+    env.setdefault("AMP_TEST_FC", "[[[1.0]], [[1.0]]]")
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -427,3 +432,12 @@ def test_onednn3_loads_without_library_path_beside_one_openmp_runtime():
     dnnl = [lib for lib in result["libs"] if "libdnnl" in lib]
     assert len(gomp) == 1, result["libs"]
     assert len(dnnl) == 1 and dnnl[0].endswith(("libdnnl.so.3", "libdnnl.so.3.2")), dnnl
+
+
+@requires_onednn3
+def test_thread_count_setting_gives_the_same_products():
+    x, w = _values(16, 65), _values(9, 65)
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    for threads in ("1", "2"):
+        result, _ = _child(MXNET_AMP_ONEDNN_THREADS=threads, AMP_TEST_FC=json.dumps([x.tolist(), w.tolist()]))
+        _check(np.array(result["fc"]), ref, np.abs(x) @ np.abs(w.T), 65, "float32")

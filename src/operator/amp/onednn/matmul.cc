@@ -7,12 +7,21 @@
  * products, reference kernels elsewhere). Operands stay in their plain strided layouts: MXNet hands
  * extension ops plain arrays, and oneDNN's matmul packs the weights internally as it goes.
  *
+ * Threads: oneDNN sizes its parallel regions by omp_get_max_threads() of the calling thread, which MXNet sets
+ * to 1 in its engine threads (its own kernels ask for threads explicitly). MXNET_AMP_ONEDNN_THREADS=<n> makes
+ * each product run (and its primitive be created) with a team of n, restored afterwards. Not the default: on
+ * the shared 2-core machine this was developed on, a second spinning OpenMP team made products slower as
+ * often as faster.
+ *
  * Primitives are cached per problem (dimensions, strides, dtypes, bias): a model runs the same few shapes
  * over and over, and creating a primitive costs far more than running a small one. The scratchpad is the
  * caller's (one growing buffer per thread), so one primitive may run on several MXNet worker threads at
  * once.
  */
+#include <omp.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <memory>
@@ -112,7 +121,33 @@ std::shared_ptr<const Cached> lookup(const AmpMatmul& m) {
   return cache.emplace(key, std::move(entry)).first->second;
 }
 
+// MXNET_AMP_ONEDNN_THREADS, or 0 (leave the caller's team size).
+int product_threads() {
+  static const int threads = [] {
+    const char* env = std::getenv("MXNET_AMP_ONEDNN_THREADS");
+    const int n = env != nullptr ? std::atoi(env) : 0;
+    return n > 0 ? n : 0;
+  }();
+  return threads;
+}
+
+// Sets this thread's OpenMP team size (when threads > 0) for one product; restores it on scope exit.
+class TeamSize {
+ public:
+  explicit TeamSize(int threads) : saved_(omp_get_max_threads()), set_(threads > 0) {
+    if (set_) omp_set_num_threads(threads);
+  }
+  ~TeamSize() {
+    if (set_) omp_set_num_threads(saved_);
+  }
+
+ private:
+  int saved_;
+  bool set_;
+};
+
 void run(const AmpMatmul& m) {
+  const TeamSize team(product_threads());  // before creating the primitive: it splits work by the team size
   const auto entry = lookup(m);
   auto& engine = cpu_engine();
   thread_local std::vector<char> scratch;
