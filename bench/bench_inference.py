@@ -7,6 +7,8 @@ paths fail or crash on CPUs without AVX-512, and a crash must not end the benchm
 - contrib bf16:  ``mxnet.contrib.amp.convert_model(..., 'bfloat16')`` (the peer we benchmark against)
 - ours bf16:     ``mxnet.amp.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default)
 - ours bf16 unfused: the same with ``fuse=False``
+- ours bf16 mxnet kernels: ``ours bf16`` with ``kernels="mxnet"`` (MXNet's matrix products, not this
+  project's oneDNN 3 kernels)
 Prints ms per batch (the best of --repeat runs; the runs alternate the variants, so load from other
 processes hits them alike), the ratio to fp32 (>1 is faster) and the max deviation from fp32 scaled by
 max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernels, rounded values): expect
@@ -23,9 +25,9 @@ import time
 
 import numpy as np
 
-VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused")
+VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels")
 #: Variants timed together in one process; contrib's bf16 runs alone (it fails or crashes on some CPUs).
-GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused"), ("contrib bf16",))
+GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels"), ("contrib bf16",))
 MODELS = ("resnet50", "transformer")
 
 
@@ -95,7 +97,8 @@ def variant_graph(variant, sym, args, aux):
         return contrib_amp.convert_model(sym, args, aux, target_dtype="bfloat16")
     from mxnet.amp.convert import convert
     out = convert(sym, args, aux, "bfloat16", cast_params_offline=True,
-                  fuse=None if variant == "ours bf16" else False)
+                  fuse=False if variant == "ours bf16 unfused" else None,
+                  kernels="mxnet" if variant == "ours bf16 mxnet kernels" else "auto")
     return out.symbol, out.arg_params, out.aux_params
 
 

@@ -2,7 +2,8 @@
 
 For every model (random weights, ``pretrained=False``; with ``--bn-stats random`` BatchNorm's statistics and
 scales are drawn away from 0 and 1, as in a trained net, and folding them into the convolutions matters; with
-``default`` they keep Gluon's initial values), in a child process of its own per converter (a crash ends only that row): the float32 output, then
+``default`` they keep Gluon's initial values), in a child process of its own per converter (a crash ends only
+that row): the float32 output, then
 ``mxnet.amp.convert_hybrid_block(net, x, 'bfloat16')`` with default options and ``mxnet.contrib.amp``'s
 ``convert_hybrid_block`` (the peer we measure against). Prints the max deviation ``max|y - y_fp32| /
 max|y_fp32|`` of the first output and the best of ``--repeat`` times, side by side. Detection outputs are

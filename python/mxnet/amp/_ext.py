@@ -5,19 +5,28 @@ is set, else from ``_lib/libmxnet_amp.so`` next to this file (built by ``bash to
 by ``pip install .``). A second load of the same file (or of another copy when the ops are already
 registered) is skipped: loading twice would half-register the ops in MXNet.
 
+The matrix-product ops (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``) run oneDNN 3 kernels
+from a second library, ``_lib/libmxnet_amp_onednn.so``, which libmxnet_amp.so opens on first use (it
+links the ``libdnnl.so.3`` of the ``onednn-cpu-gomp`` wheel). :func:`onednn` says whether that worked;
+``MXNET_AMP_ONEDNN=0`` in the environment keeps it closed (MXNet's own kernels are used then).
+
 All functions take NDArrays (legacy ``mx.nd.NDArray`` or numpy-mode ``mx.np.ndarray``) that live on one
 context, and return arrays of the kind of the first one.
 """
 import ctypes
+import functools
 import os
 
 import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "LIBRARY_PATH", "cpu_isa", "multi_cast", "widest_cast", "unscale_and_check"]
+__all__ = ["OP_NAMES", "MATMUL_OPS", "LIBRARY_PATH", "cpu_isa", "onednn", "multi_cast", "widest_cast",
+           "unscale_and_check"]
 
-OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round")
+#: The library's oneDNN 3 matrix products (they need libmxnet_amp_onednn.so, see :func:`onednn`).
+MATMUL_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul")
+OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round") + MATMUL_OPS
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")
 _BF16 = np.dtype([("bfloat16", np.uint16)])
@@ -69,6 +78,24 @@ def cpu_isa():
     func = ctypes.CDLL(LIBRARY_PATH).mxnet_amp_cpu_isa
     func.restype = ctypes.c_char_p
     return func().decode()
+
+
+@functools.lru_cache(maxsize=None)
+def onednn():
+    """Whether the oneDNN 3 matrix products can run in this process, and what they are.
+
+    Returns
+    -------
+    (bool, str)
+        ``(True, "oneDNN 3.2.0, cpu isa avx512_core_amx")``, or ``(False, why not)``: built without
+        oneDNN 3, ``libdnnl.so.3`` not found, or ``MXNET_AMP_ONEDNN=0``. Decided once per process.
+    """
+    func = ctypes.CDLL(LIBRARY_PATH).mxnet_amp_onednn_available
+    func.restype = ctypes.c_int
+    func.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+    info = ctypes.c_char_p()
+    ok = bool(func(ctypes.byref(info)))
+    return ok, info.value.decode()
 
 
 _ND = mx.nd.NDArray

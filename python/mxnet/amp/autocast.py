@@ -77,7 +77,7 @@ def _active_policy():
 
 def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None, fp32_ops=None,
          emulate=None, layout_optimization=False, *, extra_lp16_ops=None, extra_fp32_ops=None,
-         keep_lp16_outputs=False):
+         keep_lp16_outputs=False, kernels="auto"):
     """Turn on automatic mixed precision for everything that runs afterwards.
 
     Call it before building the model. Calling it again with the same settings does nothing; with other
@@ -112,6 +112,10 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     keep_lp16_outputs : bool, optional
         Leave a hybridized graph's outputs in ``target_dtype`` where its last op ran in it; by default they
         come back in their original dtype (float32), as MXNet 2.0's AMP does.
+    kernels : {'auto', 'mxnet'}, optional
+        Whose kernels run the matrix products: ``'auto'`` uses this project's oneDNN 3 kernels for
+        FullyConnected, batch_dot and matmul where the device runs the target dtype natively and they are
+        available (:meth:`mxnet.amp.policy.Policy.library_kernel`), ``'mxnet'`` always MXNet's.
 
     Raises
     ------
@@ -130,7 +134,8 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     """
     policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
                          layout_optimization=layout_optimization, extra_lp16_ops=extra_lp16_ops,
-                         extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs)
+                         extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs,
+                         kernels=kernels)
     if _STATE.policy is not None:
         if _STATE.policy == policy:
             return
@@ -360,6 +365,9 @@ def _wrap_op(func, op, action):
         if convert is None:
             return func(*args, **kwargs)
         args, kwargs = _map_arrays(convert, args, kwargs)
+        kernel = policy.library_kernel(op, arrays[0].context.device_type) if act == LP16 else None
+        if kernel is not None and kwargs.get("out") is None:
+            return _library_call(kernel, func, args, kwargs)
         out = func(*args, **kwargs)
         if act == LP16 and policy.lp16_mode(op, arrays[0].context.device_type) == EMULATED:
             # the op's low precision output, rounded like its inputs (in place when the caller gave out=)
@@ -374,6 +382,22 @@ def _wrap_op(func, op, action):
     amp_op = functools.wraps(func)(amp_op)
     amp_op.__amp_original__ = func
     return amp_op
+
+
+def _library_call(kernel, func, args, kwargs):
+    """Run this project's library op ``kernel`` in place of front-end ``func`` (same arguments): the array
+    arguments in order are its inputs, the other given arguments its attributes."""
+    bound = inspect.signature(func).bind(*args, **kwargs).arguments
+    bound.update(bound.pop("kwargs", {}) if isinstance(bound.get("kwargs"), dict) else {})
+    inputs, attrs = [], {}
+    for name, value in bound.items():
+        if _is_array(value):
+            inputs.append(value)
+        elif name not in ("out", "name") and value is not None and value is not mx.base._Null:
+            attrs[name] = value
+    numpy = isinstance(inputs[0], mx.np.ndarray)
+    out = getattr(mx.nd, kernel)(*[x.as_nd_ndarray() if numpy else x for x in inputs], **attrs)
+    return out.as_np_ndarray() if numpy else out
 
 
 def _attributes(signature, args, kwargs):

@@ -48,6 +48,9 @@ class ConversionSummary:
         Op nodes that run in low precision, by how they run (:meth:`~mxnet.amp.policy.Policy.lp16_mode`):
         'native' (target dtype kernel), 'emulated', 'float32' (no such kernel on a device that runs the
         target dtype natively).
+    kernels : tuple of (str, int)
+        Nodes that run this project's library kernels, per kernel (``amp_fully_connected``, ...); they are
+        counted as 'native' in ``lp16_modes`` too.
     casts, multicasts : int
         Cast nodes in the converted graph: ``amp_cast`` + ``amp_round`` (emulation rounding), and
         ``amp_multicast``.
@@ -70,13 +73,15 @@ class ConversionSummary:
     params_cast: int
     param_bytes_before: int
     param_bytes_after: int
+    kernels: tuple = ()
 
     def as_dict(self):
         """Return a JSON-safe dict of every field."""
         return {"target_dtype": self.target_dtype, "device_type": self.device_type, "fused": self.fused,
                 "emulated": self.emulated, "casts": self.casts, "multicasts": self.multicasts,
                 "ops": dict(self.ops), "lp16_modes": dict(self.lp16_modes), "params_cast": self.params_cast,
-                "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after}
+                "param_bytes_before": self.param_bytes_before, "param_bytes_after": self.param_bytes_after,
+                "kernels": dict(self.kernels)}
 
     def format(self):
         """Return a short human-readable report (several lines)."""
@@ -86,6 +91,8 @@ class ConversionSummary:
         modes = dict(self.lp16_modes)
         lp16 = "%d native, %d emulated, %d in float32 (no %s kernel for the op on this device)" % (
             modes.get("native", 0), modes.get("emulated", 0), modes.get("float32", 0), self.target_dtype)
+        if self.kernels:
+            lp16 += "; on this project's oneDNN 3 kernels: %s" % ", ".join("%s %d" % kv for kv in self.kernels)
         return "\n".join([
             "target dtype:     %s on %s, %s%s" % (self.target_dtype, self.device_type, mode,
                                                   ", oneDNN-fused" if self.fused else ""),
@@ -109,7 +116,7 @@ class Conversion:
 def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", target_dtype_ops=None,
             fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False,
             ctx=None, fuse=None, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
-            keep_lp16_outputs=False):
+            keep_lp16_outputs=False, kernels="auto"):
     """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
 
     Parameters
@@ -151,6 +158,11 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     keep_lp16_outputs : bool
         Leave outputs in the target dtype where the last op ran in it; by default they come back in their
         original dtype (float32).
+    kernels : {'auto', 'mxnet'}
+        Whose kernels run the matrix products. ``'auto'``: this project's oneDNN 3 kernels
+        (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``) in place of FullyConnected, batch_dot
+        and matmul where the device runs the target dtype natively and they are available
+        (:meth:`~mxnet.amp.policy.Policy.library_kernel`); ``'mxnet'``: MXNet's own.
 
     Returns
     -------
@@ -178,8 +190,10 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded_sym_names,
                          emulate, extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
-                         where="target_dtype_ops", replace_widest=False, keep_lp16_outputs=keep_lp16_outputs)
+                         where="target_dtype_ops", replace_widest=False, keep_lp16_outputs=keep_lp16_outputs,
+                         kernels=kernels)
     if fuse:
+        sym = graph.route_library_kernels(sym, policy, device_type)  # before the fuser swallows them
         if arg_params or aux_params:
             sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, policy.excluded_sym_names)
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
@@ -201,7 +215,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
     known.update({name: arr.dtype for name, arr in params.items()})
     known.update({name: mx_dtype(dtype) for name, dtype in storage.items()})
-    gdict = dict(gdict, nodes=graph.with_var_dtypes(gdict["nodes"], known))
+    gdict = dict(gdict, nodes=graph.with_var_dtypes(gdict["nodes"], known,
+                                                    {name: arr.shape for name, arr in params.items()}))
     out_sym = mx.sym.load_json(json.dumps(gdict))
     if isinstance(sym, mx.sym.np._Symbol):
         out_sym = out_sym.as_np_ndarray()
@@ -215,7 +230,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         policy.target_dtype, device_type, fuse, emulated,
         sum(n["op"] in ("amp_cast", "amp_round") for n in gdict["nodes"]),
         sum(n["op"] == "amp_multicast" for n in gdict["nodes"]), tuple(sorted(stats.actions.items())),
-        tuple(sorted(stats.lp16_modes.items())), len(params_cast), _nbytes(params.values()), _nbytes(list(new_args.values()) + list(new_aux.values())))
+        tuple(sorted(stats.lp16_modes.items())), len(params_cast), _nbytes(params.values()),
+        _nbytes(list(new_args.values()) + list(new_aux.values())), tuple(sorted(stats.kernels.items())))
     return Conversion(out_sym, new_args, new_aux, summary)
 
 
@@ -243,7 +259,7 @@ def _stacklevel_outside_package():
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, *legacy, cast_params_offline=False,
                    ctx=None, fuse=None, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
-                   keep_lp16_outputs=False, **deprecated):
+                   keep_lp16_outputs=False, kernels="auto", **deprecated):
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
     With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
@@ -263,13 +279,13 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
                              {"input_names": input_names, "cast_params_offline": cast_params_offline})
     return convert(sym, None, None, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                    excluded_sym_names, names["cast_params_offline"], ctx, fuse, emulate, names["input_names"],
-                   extra_lp16_ops, extra_fp32_ops, keep_lp16_outputs).symbol
+                   extra_lp16_ops, extra_fp32_ops, keep_lp16_outputs, kernels).symbol
 
 
 def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                   conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
                   ctx=None, fuse=None, emulate=None, extra_lp16_ops=None, extra_fp32_ops=None,
-                  keep_lp16_outputs=False, **deprecated):
+                  keep_lp16_outputs=False, kernels="auto", **deprecated):
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     See :func:`convert` for the parameters (use it directly to get the :class:`ConversionSummary` too).
@@ -286,7 +302,7 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
                                {"cast_params_offline": cast_params_offline})["cast_params_offline"]
     out = convert(sym, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                   excluded_sym_names, offline, ctx, fuse, emulate, None, extra_lp16_ops, extra_fp32_ops,
-                  keep_lp16_outputs)
+                  keep_lp16_outputs, kernels)
     return out.symbol, out.arg_params, out.aux_params
 
 
@@ -299,7 +315,8 @@ def convert_hybrid_block(block, data_example=None, *args, **kwargs):
     * ``convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None,
       fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
       cast_params_offline=False, *, fuse=None, emulate=None, layout=None, extra_lp16_ops=None,
-      extra_fp32_ops=None, keep_lp16_outputs=False)``, as in MXNet 2.0 (which spells ``ctx`` ``device``; both are accepted);
+      extra_fp32_ops=None, keep_lp16_outputs=False, kernels="auto")``, as in MXNet 2.0 (which spells ``ctx``
+      ``device``; both are accepted);
     * ``convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
       conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_optional_params=False)``, as in
       ``mxnet.contrib.amp`` 1.9.1: no data example, so the block must be hybridized and have run once; its
@@ -348,7 +365,7 @@ def convert_hybrid_block(block, data_example=None, *args, **kwargs):
 def _convert_block(block, data, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_params_offline=False, *,
                    fuse=None, emulate=None, layout=None, extra_lp16_ops=None, extra_fp32_ops=None, device=None,
-                   keep_lp16_outputs=False, **deprecated):
+                   keep_lp16_outputs=False, kernels="auto", **deprecated):
     """:func:`convert_hybrid_block` given data examples (MXNet 2.0's form)."""
     offline = renamed_keywords("convert_hybrid_block", deprecated, {"cast_params_offline": cast_params_offline},
                                stacklevel=4)["cast_params_offline"]
@@ -360,7 +377,7 @@ def _convert_block(block, data, target_dtype="float16", target_dtype_ops=None, f
     options = dict(target_dtype=target_dtype, target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
                    conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
                    cast_params_offline=offline, fuse=fuse, emulate=emulate, extra_lp16_ops=extra_lp16_ops,
-                   extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs)
+                   extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs, kernels=kernels)
     return _block_from_graph([s.name for s in inputs], [d.dtype for d in data], out, params, ctx, options,
                              layout, [d.shape for d in data])
 
@@ -378,7 +395,8 @@ def _convert_cached_block(block, target_dtype="float16", target_dtype_ops=None, 
                              {"cast_params_offline": False}, stacklevel=4)
     if kwargs.get("layout", "NHWC") is None:
         del kwargs["layout"]
-    unknown = set(kwargs) - {"fuse", "emulate", "extra_lp16_ops", "extra_fp32_ops", "device", "keep_lp16_outputs"}
+    unknown = set(kwargs) - {"fuse", "emulate", "extra_lp16_ops", "extra_fp32_ops", "device", "keep_lp16_outputs",
+                             "kernels"}
     if unknown:
         raise TypeError("convert_hybrid_block() without a data example got unexpected keyword arguments %s%s"
                         % (", ".join(sorted(unknown)), " (layout needs a data example)" if "layout" in unknown

@@ -14,11 +14,11 @@ import json
 import numpy as np
 
 from . import lists
-from .policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, mx_dtype
+from .policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, mx_dtype
 
-__all__ = ["rewrite_symbol", "rewrite_graph", "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble",
-           "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS",
-           "TYPE_CODES"]
+__all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels", "infer_entry_dtypes", "dtype_name",
+           "num_outputs", "assemble", "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes",
+           "RewriteStats", "CAST_OPS", "TYPE_CODES"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -33,7 +33,8 @@ class RewriteStats:
 
     ``lp16_modes`` counts the nodes that run in low precision by :meth:`Policy.lp16_mode`: 'native',
     'emulated', or 'float32' (the device has no kernel for the op in the target dtype; counted as 'fp32' in
-    ``actions`` too).
+    ``actions`` too). ``kernels`` counts the nodes given to this project's library kernels by op name
+    (:meth:`Policy.library_kernel`: ``FullyConnected`` nodes become ``amp_fully_connected``, say).
     """
 
     casts: int = 0
@@ -41,11 +42,12 @@ class RewriteStats:
     actions: Counter = field(default_factory=Counter)
     lp16_modes: Counter = field(default_factory=Counter)
     followed: set = field(default_factory=set)
+    kernels: Counter = field(default_factory=Counter)
 
     def as_dict(self):
         """Return a JSON-safe summary."""
         return {"casts": self.casts, "multicasts": self.multicasts, "ops": dict(self.actions),
-                "lp16_modes": dict(self.lp16_modes)}
+                "lp16_modes": dict(self.lp16_modes), "kernels": dict(self.kernels)}
 
 
 def dtype_name(dtype):
@@ -56,16 +58,24 @@ def dtype_name(dtype):
     return "bfloat16" if dtype.names == ("bfloat16",) else dtype.name
 
 
-def with_var_dtypes(nodes, var_dtypes):
-    """Return ``nodes`` with the known dtypes of variables written into their ``__dtype__`` attribute.
+def with_var_dtypes(nodes, var_dtypes, var_shapes=None):
+    """Return ``nodes`` with the known dtypes (and shapes) of variables in their ``__dtype__`` (``__shape__``)
+    attributes.
 
     Type inference reads dtypes from there; MXNet's ``infer_type`` keyword arguments silently drop bfloat16.
+    Shapes there let a graph bind from its data shapes alone, also through the library's ops, which lib_api
+    cannot infer backwards (a parameter's shape from its reader's output).
     """
     out = []
     for node in nodes:
-        dtype = dtype_name(var_dtypes.get(node["name"])) if node["op"] == "null" else None
-        if dtype in TYPE_CODES:
-            node = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=TYPE_CODES[dtype]))
+        if node["op"] == "null":
+            attrs = dict(node.get("attrs", {}))
+            dtype = dtype_name(var_dtypes.get(node["name"]))
+            if dtype in TYPE_CODES:
+                attrs["__dtype__"] = TYPE_CODES[dtype]
+            if (var_shapes or {}).get(node["name"]):
+                attrs["__shape__"] = str(tuple(var_shapes[node["name"]]))
+            node = dict(node, attrs=attrs) if attrs else node
         out.append(node)
     return out
 
@@ -293,6 +303,9 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         lp = action == LP16
         emulate = lp and mode == EMULATED
         if lp:
+            new["op"] = _kernel_op(node, policy, device_type) if mode == NATIVE else node["op"]
+            if new["op"] in _LIBRARY_OPS:
+                build.stats.kernels[new["op"]] += 1
             wants = lp_input_dtypes(node, target)
             low = build.round_trip if emulate else build.cast
             inputs = [low(e, target) if want in (None, target) else
@@ -324,7 +337,103 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new
                  for new, old in zip(heads, graph["heads"])]
     out = assemble(graph, build.nodes, build.num_outputs, heads)
+    if inference:
+        out = _fuse_relu(out)
+    out = _float32_library_outputs(out, policy, var_dtypes)
     return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
+
+
+#: This project's library kernels (:data:`mxnet.amp.lists.library_kernels` values).
+_LIBRARY_OPS = frozenset({"amp_fully_connected", "amp_batch_dot", "amp_matmul"})
+
+
+def _kernel_op(node, policy, device_type):
+    """The op that runs low precision ``node``: this project's library kernel where the policy picks one."""
+    return policy.library_kernel(node["op"], device_type) or node["op"]
+
+
+def route_library_kernels(sym, policy, device_type):
+    """Return ``sym`` with the nodes that get this project's library kernels renamed to them.
+
+    :func:`rewrite_symbol` does the same; model conversion calls this before oneDNN fusion, so that the
+    fuser leaves those nodes alone (it would put MXNet's fused FullyConnected in their place).
+    """
+    import mxnet as mx
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    changed = False
+    for node in graph["nodes"]:
+        if node["op"] != "null" and policy.action(node["op"], node.get("attrs"), node["name"]) == LP16:
+            op = _kernel_op(node, policy, device_type)
+            changed = changed or op != node["op"]
+            node["op"] = op
+    if not changed:
+        return sym
+    out = mx.sym.load_json(json.dumps(graph))
+    return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out
+
+
+def _fuse_relu(graph):
+    """Inference graphs: a ReLU that is the sole reader of an ``amp_fully_connected`` becomes its
+    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+    uses = Counter((src, idx) for node in graph["nodes"] for src, idx, _ in node["inputs"])
+    uses.update((src, idx) for src, idx, _ in graph["heads"])
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
+            continue
+        src, idx, _ = node["inputs"][0]
+        fc = graph["nodes"][src]
+        if fc["op"] == "amp_fully_connected" and "act_type" not in fc.get("attrs", {}) and uses[(src, idx)] == 1:
+            alias[(nid, 0)] = (src, idx)
+            fused[src] = dict(fc, attrs=dict(fc.get("attrs", {}), act_type="relu"))
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+def _float32_library_outputs(graph, policy, var_dtypes):
+    """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
+
+    A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
+    are float32: a residual sum), through dtype-neutral one-input ops (``x / sqrt(d)`` before a float32
+    softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in float32
+    (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
+    """
+    if not any(node["op"] in _LIBRARY_OPS for node in graph["nodes"]):
+        return graph
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    readers = {}
+    for nid, node in enumerate(graph["nodes"]):
+        for src, idx, _ in node["inputs"]:
+            readers.setdefault((src, idx), []).append(nid)
+    heads = {tuple(h[:2]) for h in graph["heads"]}
+    counts = num_outputs(graph)
+
+    @functools.lru_cache(maxsize=None)
+    def read_as_float32(entry):
+        if entry in heads or not readers.get(entry):
+            return False
+        for nid in readers[entry]:
+            node = graph["nodes"][nid]
+            if node["op"] == "amp_cast":
+                if node["attrs"]["dtype"] != "float32":
+                    return False
+            elif node["op"] == "amp_multicast":
+                others = [dtypes.get(tuple(e[:2])) for e in node["inputs"] if tuple(e[:2]) != entry]
+                if not others or any(d != "float32" for d in others):
+                    return False
+            elif (len(node["inputs"]) != 1 or node["op"] in CAST_OPS
+                  or policy.action(node["op"], node.get("attrs"), node["name"]) != NEUTRAL
+                  or counts[nid] != 1 or not read_as_float32((nid, 0))):
+                return False
+        return True
+
+    nodes = [dict(node, attrs=dict(node.get("attrs", {}), out_dtype="float32"))
+             if node["op"] in _LIBRARY_OPS and "out_dtype" not in node.get("attrs", {})
+             and read_as_float32((nid, 0)) else node
+             for nid, node in enumerate(graph["nodes"])]
+    return dict(graph, nodes=nodes)
 
 
 def assemble(graph, nodes, counts, heads):

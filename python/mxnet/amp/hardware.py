@@ -45,6 +45,11 @@ def _wrap(title, names):
     return textwrap.wrap(text, 100, initial_indent="    ", subsequent_indent="      ")
 
 
+def _onednn_info():
+    from . import _ext
+    return _ext.onednn()[1]
+
+
 def format_report(dtypes=lists.DTYPES):
     """Return the report as text (no probe run)."""
     import mxnet as mx
@@ -60,6 +65,10 @@ def format_report(dtypes=lists.DTYPES):
             modes = {mode: [op for op in lp16 if policy.lp16_mode(op, device) == mode]
                      for mode in (NATIVE, FLOAT32, EMULATED)}
             lines += _wrap("low precision ops with a native kernel", modes[NATIVE])
+            routed = ["%s -> %s" % (op, policy.library_kernel(op, device)) for op in modes[NATIVE]
+                      if policy.library_kernel(op, device)]
+            if routed:
+                lines += _wrap("of which on this project's oneDNN 3 kernels (%s)" % _onednn_info(), routed)
             if native:
                 lines += _wrap("low precision ops in float32 here (no %s kernel)" % dtype, modes[FLOAT32])
             else:

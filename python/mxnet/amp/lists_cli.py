@@ -48,6 +48,10 @@ def format_op(op, dtypes=lists.DTYPES):
         if cat == "lp16":
             line += " (%s)" % _how_it_runs_here(op, dtype)
         lines.append(line)
+        for dev, kernels in ((d, lists.library_kernels(dtype, d)) for d in ("cpu", "gpu")):
+            if op in kernels:
+                lines.append(" " * 12 + "library kernel on %s: %s (%s)" % (dev.upper(), kernels[op],
+                                                                      _library_here(op, dtype, dev)))
         lines.extend(textwrap.wrap(lists.reason(op, dtype), 96, initial_indent=" " * 12,
                                    subsequent_indent=" " * 12))
     return "\n".join(lines)
@@ -65,6 +69,17 @@ def _how_it_runs_here(op, dtype):
     devices = ["cpu"] + (["gpu"] if mx.context.num_gpus() > 0 else [])
     return "; ".join("here on %s: %s" % (dev.upper(), _MODE_TEXT[policy.lp16_mode(op, dev)] % dtype)
                      for dev in devices)
+
+
+def _library_here(op, dtype, device_type):
+    """Whether ``op`` runs on this project's library kernel here under default settings, and why not."""
+    from . import _ext
+    from .policy import make_policy, native_support
+    if make_policy(dtype).library_kernel(op, device_type):
+        return "used here: %s; kernels='mxnet' keeps MXNet's" % _ext.onednn()[1]
+    if not native_support(dtype, device_type):
+        return "not used here: this device does not run %s natively" % dtype
+    return "not used here: %s" % _ext.onednn()[1]
 
 
 def run(args):

@@ -210,6 +210,7 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
     if fused:
         raise ValueError("export_onnx: the graph holds oneDNN fused ops (%s), which ONNX cannot express; "
                          "convert with fuse=False for export" % ", ".join(fused))
+    gdict = _mxnet_kernels(gdict)
     var_dtypes = {n: a.dtype for n, a in params.items()}
     var_dtypes.update({n: np.dtype(t) for n, t in zip(input_names, input_types)})
     gdict, params = _replace_bf16(gdict, params, var_dtypes, bf16_mode)
@@ -229,6 +230,40 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+#: This project's matrix products and the MXNet ops they replace (which MXNet's exporter converts).
+_MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_dot"}
+
+
+def _mxnet_kernels(gdict):
+    """``gdict`` with this project's matrix products as the MXNet ops they stand for. A float32 ``out_dtype``
+    (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
+    float32: the same values, unrounded; a fused ``act_type`` an ``Activation`` after the op."""
+    counts = graph.num_outputs(gdict)
+    nodes, new_counts, remap = [], [], {}
+    for nid, node in enumerate(gdict["nodes"]):
+        inputs = [remap[(src, idx)] for src, idx, _ in node["inputs"]]
+        act = None
+        if node["op"] in _MXNET_OPS:
+            attrs = dict(node.get("attrs", {}))
+            act = attrs.pop("act_type", None)
+            if attrs.pop("out_dtype", None) == "float32":
+                for k, entry in enumerate(inputs):
+                    nodes.append({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
+                                  "attrs": {"dtype": "float32"}, "inputs": [[entry[0], entry[1], 0]]})
+                    new_counts.append(1)
+                    inputs[k] = (len(nodes) - 1, 0)
+            node = dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs)
+        nodes.append(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]))
+        new_counts.append(counts[nid])
+        remap.update({(nid, i): (len(nodes) - 1, i) for i in range(counts[nid])})
+        if act is not None:  # a fused activation: MXNet's Activation after the op
+            nodes.append({"op": "Activation", "name": node["name"] + "_" + act, "attrs": {"act_type": act},
+                          "inputs": [[len(nodes) - 1, 0, 0]]})
+            new_counts.append(1)
+            remap[(nid, 0)] = (len(nodes) - 1, 0)
+    return graph.assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
 
 
 def _post_process(path):

@@ -7,13 +7,14 @@ single place that combines the built-in lists with the user's overrides.
 from dataclasses import dataclass, field
 import difflib
 import functools
+import logging
 import os
 
 import numpy as np
 
 from . import lists
 
-__all__ = ["Policy", "make_policy", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
+__all__ = ["Policy", "make_policy", "KERNELS", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
            "EMULATED", "FLOAT32", "native_support"]
 
 #: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
@@ -30,6 +31,11 @@ DISABLED_ATTR = "__amp_disabled__"
 
 # How a low precision (LP16) op runs on a device: see Policy.lp16_mode.
 NATIVE, EMULATED, FLOAT32 = "native", "emulated", "float32"
+
+#: Whose kernels run the matrix products: "auto" -- this project's oneDNN 3 kernels where the lists map the op
+#: to one (``lists.library_kernels``), the device runs the dtype natively and the library's oneDNN 3 is loaded,
+#: else MXNet's; "mxnet" -- always MXNet's.
+KERNELS = ("auto", "mxnet")
 
 _CATEGORY_ACTION = {"lp16": LP16, "fp32": FP32, "neutral": NEUTRAL, "widest": WIDEST, "loss_output": FP32}
 
@@ -77,6 +83,8 @@ class Policy:
     keep_lp16_outputs : bool
         Leave graph outputs in ``target_dtype`` where the last op ran in it. By default every output comes
         back in its original dtype (float32), as from the float32 graph.
+    kernels : {'auto', 'mxnet'}
+        Whose kernels run the matrix products (:data:`KERNELS`, :meth:`library_kernel`).
     """
 
     target_dtype: str
@@ -89,6 +97,7 @@ class Policy:
     emulate: object = None
     layout_optimization: bool = False
     keep_lp16_outputs: bool = False
+    kernels: str = "auto"
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
     _replaced: frozenset = field(init=False, repr=False, compare=False, hash=False)
 
@@ -164,11 +173,37 @@ class Policy:
             return EMULATED if self.emulate else NATIVE
         if not native_support(self.target_dtype, device_type):
             return EMULATED
-        return NATIVE if op in lists.native_lp16_ops(self.target_dtype, device_type) else FLOAT32
+        if op in lists.native_lp16_ops(self.target_dtype, device_type) or self.library_kernel(op, device_type):
+            return NATIVE
+        return FLOAT32
+
+    def library_kernel(self, op, device_type):
+        """The op of this project's library that runs low precision op ``op`` on ``device_type``, or None.
+
+        Where ``lists.library_kernels`` maps ``op`` to one, the policy has ``kernels="auto"`` and no forced
+        emulation, the device runs the target dtype natively and the library's oneDNN 3 kernels loaded
+        (:func:`mxnet.amp._ext.onednn`; if they did not, one warning says why and MXNet's kernels run).
+        """
+        name = lists.library_kernels(self.target_dtype, device_type).get(op)
+        if (name is None or self.kernels != "auto" or self.emulate is True
+                or not native_support(self.target_dtype, device_type)):
+            return None
+        return name if _onednn_loaded() else None
 
     def emulates(self, op, device_type):
         """Whether low precision op ``op`` on ``device_type`` is emulated (see :meth:`lp16_mode`)."""
         return self.lp16_mode(op, device_type) == EMULATED
+
+
+@functools.lru_cache(maxsize=None)
+def _onednn_loaded():
+    from . import _ext
+    ok, info = _ext.onednn()
+    if not ok:
+        logging.getLogger("mxnet.amp").warning(
+            "mxnet.amp: this project's oneDNN 3 matrix-product kernels are unavailable (%s); FullyConnected, "
+            "batch_dot and matmul run on MXNet's kernels", info)
+    return ok
 
 
 def _check_ops(ops, where):
@@ -220,7 +255,8 @@ def _check_conditional(entries):
 
 def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None, fp32_ops=None,
                 excluded_sym_names=None, emulate=None, layout_optimization=False, extra_lp16_ops=None,
-                extra_fp32_ops=None, where="target_precision_ops", replace_widest=True, keep_lp16_outputs=False):
+                extra_fp32_ops=None, where="target_precision_ops", replace_widest=True, keep_lp16_outputs=False,
+                kernels="auto"):
     """Validate user settings and return a frozen :class:`Policy` (see it for what each list means).
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
@@ -274,9 +310,11 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
         raise ValueError("layout_optimization must be True or False, got %r" % (layout_optimization,))
     if keep_lp16_outputs not in (True, False):
         raise ValueError("keep_lp16_outputs must be True or False, got %r" % (keep_lp16_outputs,))
+    if not isinstance(kernels, str) or kernels not in KERNELS:
+        raise ValueError("kernels must be one of %s, got %r" % (", ".join(repr(k) for k in KERNELS), kernels))
     return Policy(dtype, with_aliases(given[where]), with_aliases(given["fp32_ops"]), conditional,
                   with_aliases(given["extra_lp16_ops"]) or (), with_aliases(given["extra_fp32_ops"]) or (),
-                  excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs))
+                  excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs), kernels)
 
 
 @functools.lru_cache(maxsize=None)

@@ -174,7 +174,7 @@ def test_bf16_cnn_fused_by_default_and_close_to_fp32():
 def test_summary_counts_casts_ops_and_bytes(dtype):
     sym = _mlp_symbol()
     args, aux = _params(sym, data=(3, 8))
-    out = C.convert(sym, args, aux, dtype, emulate=False, fuse=False)
+    out = C.convert(sym, args, aux, dtype, emulate=False, fuse=False, kernels="mxnet")
     nodes = _nodes(out.symbol)
     s = out.summary
     # data, 2 weights, 2 biases, and the output back to float32
@@ -221,7 +221,7 @@ def test_recursive_block_stores_and_casts_each_weight_once(dtype):
     args = {k: v for k, v in params.items() if k in sym.list_arguments()}
     for offline in (False, True):
         out = C.convert(sym, args, {}, dtype, cast_params_offline=offline, emulate=False, fuse=False,
-                        input_names=[s.name for s in inputs])
+                        input_names=[s.name for s in inputs], kernels="mxnet")
         nodes = _nodes(out.symbol)
         weight = net.cell.dense.weight.name
         readers = [n for n in nodes if any(nodes[i]["name"] == weight for i, _, _ in n["inputs"])]
@@ -297,7 +297,7 @@ def test_native_params_have_the_dtypes_type_inference_wants(dtype, fuse, lp16_op
     # fused node runs in bfloat16. The same holds for BatchNorm itself when forced to low precision.
     sym, args, aux = _resnet_graph()
     out = C.convert(sym, args, aux, dtype, extra_lp16_ops=lp16_ops, cast_params_offline=True, emulate=False,
-                    fuse=fuse)
+                    fuse=fuse, kernels="mxnet")
     assert out.summary.fused == fuse and not out.summary.emulated
     arg_types, _, aux_types = out.symbol.infer_type(data="float32")  # raises on a dtype conflict
     wanted = dict(zip(out.symbol.list_arguments() + out.symbol.list_auxiliary_states(), arg_types + aux_types))
@@ -419,7 +419,7 @@ def test_emulation_is_announced_unless_asked_for(dtype, monkeypatch):
                                                                       flatten=False, name="fc"), name="bd")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            out = C.convert(att, None, None, dtype, fuse=False)
+            out = C.convert(att, None, None, dtype, fuse=False, kernels="mxnet")
         assert dict(out.summary.lp16_modes) == {"native": 1, "float32": 1} and not out.summary.emulated
         nodes = _nodes(out.symbol)
         bd = next(n for n in nodes if n["name"] == "bd")

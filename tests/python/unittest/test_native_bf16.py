@@ -90,7 +90,8 @@ _BROKEN = {op for run in lists.native_evidence()["runs"] for op, row in run["ops
 def test_converted_native_graph_keeps_bf16_away_from_broken_kernels(fuse):
     net, x = _encoder()
     inputs, sym, params = C.block_graph(net, [x])
-    out = C.convert(sym, params, {}, "bfloat16", emulate=False, fuse=fuse, cast_params_offline=True)
+    out = C.convert(sym, params, {}, "bfloat16", emulate=False, fuse=fuse, cast_params_offline=True,
+                    kernels="mxnet")  # the library's kernels: test_matmul_kernels.py
     dtypes = dict({k: v.dtype for k, v in out.arg_params.items()}, data=np.float32)
     nodes = _input_dtypes(out.symbol, dtypes)
     assert any(op == "transpose" for op, _ in nodes)
@@ -113,7 +114,7 @@ def test_native_device_runs_ops_without_kernels_in_plain_float32(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU, whatever this one is
     net, x = _encoder()
     inputs, sym, params = C.block_graph(net, [x])
-    out = C.convert(sym, params, {}, "bfloat16", fuse=False)
+    out = C.convert(sym, params, {}, "bfloat16", fuse=False, kernels="mxnet")
     assert not out.summary.emulated and dict(out.summary.lp16_modes)["float32"] == 2  # two batch_dots
     nodes = _input_dtypes(out.symbol, {"data": np.float32})
     assert all(ins == ["float32", "float32"] for op, ins in nodes if op == "batch_dot")

@@ -15,7 +15,7 @@ def test_emulate_variable_overrides_detection(monkeypatch, forced, bf16_cpu):
 
 
 def test_lp16_mode_native_float32_or_emulated(monkeypatch):
-    policy = make_policy("bfloat16")
+    policy = make_policy("bfloat16", kernels="mxnet")  # MXNet's kernels (the library's: test_matmul_kernels.py)
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU
     assert policy.lp16_mode("FullyConnected", "cpu") == NATIVE
     for op in ("batch_dot", "_npi_matmul", "RNN", "_contrib_interleaved_matmul_selfatt_qk"):

@@ -281,15 +281,15 @@ def test_fp32_ops_and_conditional_fp32_ops_replace_the_built_in_lists():
     data = mx.sym.var("data")
     h = mx.sym.FullyConnected(data, num_hidden=4, name="fc")
     out = mx.sym.softmax(mx.sym.Activation(h, act_type="softrelu", name="soft"), name="sm")
-    default = amp.convert_symbol(out, "bfloat16", emulate=False, fuse=False)
+    default = amp.convert_symbol(out, "bfloat16", emulate=False, fuse=False, kernels="mxnet")
     assert _casts_into(default, "soft") == {0: "float32"} and _casts_into(default, "sm") == {}
     replaced = amp.convert_symbol(out, "bfloat16", fp32_ops=["Activation"], conditional_fp32_ops=[],
-                                  emulate=False, fuse=False)
+                                  emulate=False, fuse=False, kernels="mxnet")
     assert _casts_into(replaced, "soft") == {0: "float32"}  # named: float32
     sm = next(n for n in _nodes(replaced) if n["name"] == "sm")
     assert _nodes(replaced)[sm["inputs"][0][0]]["name"] == "soft"  # softmax dropped from fp32: follows (fp32)
     only_cond = amp.convert_symbol(out, "bfloat16", conditional_fp32_ops=[("softmax", "axis", ["-1"])],
-                                   emulate=False, fuse=False)
+                                   emulate=False, fuse=False, kernels="mxnet")
     assert _casts_into(only_cond, "soft") == {}  # softrelu entry replaced: follows the bfloat16 FullyConnected
 
 
@@ -297,13 +297,13 @@ def test_replacing_lists_are_validated_as_upstream():
     x, y = mx.sym.var("x"), mx.sym.var("y")
     res = mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True) + mx.sym.sin(y)
     with pytest.raises(ValueError, match=r"fp32_ops names '_plus'.*widest-type cast.*extra_fp32_ops"):
-        amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], fp32_ops=["_plus"])
+        amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], fp32_ops=["_plus"], kernels="mxnet")
     for kwargs in ({"fp32_ops": ["Activation"], "conditional_fp32_ops": [("Activation", "act_type", ["selu"])]},
                    {"target_dtype_ops": ["FullyConnected"], "fp32_ops": ["FullyConnected"]}):
         with pytest.raises(ValueError, match="named in both"):
-            amp.convert_symbol(res, "bfloat16", **kwargs)
+            amp.convert_symbol(res, "bfloat16", **kwargs, kernels="mxnet")
     low = amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], extra_fp32_ops=["_plus"],
-                             emulate=False, fuse=False)
+                             emulate=False, fuse=False, kernels="mxnet")
     add = next(n for n in _nodes(low) if n["op"] == "elemwise_add")  # `+` is _plus, an alias
     assert set(_casts_into(low, add["name"]).values()) == {"float32"}  # the additive name may force it
     amp.init("bfloat16", fp32_ops=["_plus"])  # amp.init does not restrict the lists, as upstream's
@@ -333,14 +333,14 @@ def _fused(sym):
 def test_fused_nodes_honour_conditional_fp32_ops():
     data = mx.sym.var("data")
     fc = mx.sym.FullyConnected(data, num_hidden=4, no_bias=True, name="fc")
-    plain = amp.convert_symbol(fc, "bfloat16", emulate=False, fuse=True)
+    plain = amp.convert_symbol(fc, "bfloat16", emulate=False, fuse=True, kernels="mxnet")
     assert _fused(plain) and set(_casts_into(plain, _fused(plain)[0]["name"]).values()) == {"bfloat16"}
     cond = amp.convert_symbol(fc, "bfloat16", conditional_fp32_ops=[("FullyConnected", "no_bias", ["True"])],
-                              emulate=False, fuse=True)
+                              emulate=False, fuse=True, kernels="mxnet")
     fused = _fused(cond)
     assert fused and not any(n["op"] == "amp_cast" for n in _nodes(cond))  # the fused node stays float32
     soft = mx.sym.Activation(mx.sym.FullyConnected(data, num_hidden=4, name="fc"), act_type="softrelu")
-    built_in = amp.convert_symbol(soft, "bfloat16", emulate=False, fuse=True)
+    built_in = amp.convert_symbol(soft, "bfloat16", emulate=False, fuse=True, kernels="mxnet")
     assert _fused(built_in) and not any(n["op"] == "amp_cast" for n in _nodes(built_in))  # softrelu inside
 
 
@@ -353,18 +353,19 @@ def test_offline_casting_follows_the_users_casts():
     rng = np.random.RandomState(5)
     params = {"w": mx.nd.array(rng.uniform(-1, 1, (4, 6))), "b": mx.nd.array(rng.uniform(-1, 1, (1, 4)))}
     low, args, _ = amp.convert_model(out, params, {}, "bfloat16", cast_params_offline=True, emulate=False,
-                                     fuse=False)
+                                     fuse=False, kernels="mxnet")
     assert args["w"].dtype == BF16 and args["b"].dtype == BF16
     assert not any(n["op"] == "amp_cast" and n["inputs"][0][0] == i for n in _nodes(low)
                    for i, v in enumerate(_nodes(low)) if v["name"] == "w")  # the user's cast is gone
     np.testing.assert_array_equal(mx.nd.amp_cast(args["w"], dtype="float32").asnumpy(),
                                   mx.nd.amp_cast(mx.nd.amp_cast(params["w"], dtype=BF16), dtype="float32")
                                   .asnumpy())
-    _, args16, _ = amp.convert_model(out, params, {}, "float16", cast_params_offline=True, emulate=False)
+    _, args16, _ = amp.convert_model(out, params, {}, "float16", cast_params_offline=True, emulate=False,
+                                     kernels="mxnet")
     assert args16["w"].dtype == BF16  # the user's bfloat16 cast decides, whatever the target
     wide = mx.sym.amp_multicast(mx.sym.FullyConnected(data, w, no_bias=True, num_hidden=4), b, num_outputs=2)
     _, args_wide, _ = amp.convert_model(mx.sym.broadcast_add(wide[0], wide[1]), params, {}, "bfloat16",
-                                        cast_params_offline=True, emulate=False, fuse=False)
+                                        cast_params_offline=True, emulate=False, fuse=False, kernels="mxnet")
     assert args_wide["b"].dtype == np.float32  # widest of (bf16, fp32) is fp32: b is read in float32
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from . import rounding
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
-           "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops",
+           "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
            "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
@@ -130,6 +130,8 @@ class _Table:
         self.conditional_entries = tuple(module.CONDITIONAL_FP32)
         self.native_lp16 = MappingProxyType({dev: frozenset(ops) for dev, ops in module.NATIVE_LP16.items()})
         self.fp32_param_ops = module.FP32_PARAM_OPS
+        self.library_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                                 for dev, ops in module.LIBRARY_KERNELS.items()})
 
 
 _TABLES = {}
@@ -316,11 +318,29 @@ def native_lp16_ops(dtype, device_type):
     ValueError
         For an unknown dtype or device type.
     """
-    native = _table(dtype).native_lp16
-    if device_type not in native:
+    return _for_device(_table(dtype).native_lp16, device_type)
+
+
+def _for_device(per_device, device_type):
+    if device_type not in per_device:
         raise ValueError("Unknown device_type %r: expected one of %s"
-                         % (device_type, ", ".join(repr(d) for d in sorted(native))))
-    return native[device_type]
+                         % (device_type, ", ".join(repr(d) for d in sorted(per_device))))
+    return per_device[device_type]
+
+
+def library_kernels(dtype, device_type):
+    """Return ``{MXNet op: op of this project's library}``: the kernels that replace MXNet's for ``dtype``.
+
+    The library's oneDNN 3 matrix products (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``)
+    run bfloat16 on CPUs faster than MXNet 1.9.1's kernels, or where it has none. Which ones a graph gets
+    depends on the policy and the machine: :meth:`mxnet.amp.policy.Policy.library_kernel`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(_table(dtype).library_kernels, device_type)
 
 
 def natively_fed_ops(dtype, device_type):

@@ -24,7 +24,7 @@ bfloat16) and MXNet's GPU kernels.
 """
 from . import groups as g
 
-LP16 = g.MATMUL + g.ONEDNN_FUSED + g.RNN + g.BLAS_MATMUL + g.ATTENTION_GEMM
+LP16 = g.MATMUL + g.ONEDNN_FUSED + g.RNN + g.BLAS_MATMUL + g.ATTENTION_GEMM + g.PROJECT_MATMUL
 FP32 = (g.DEPRECATED_V1 + g.ONEDNN_FUSED_ATTENTION + g.LINALG + g.DEFORMABLE + g.BATCH_NORM_FP32_ONLY +
         g.POOLING_V1 + g.RESAMPLE_PAD + g.NORMALIZATION + g.DROPOUT + g.SOFTMAX +
         g.UNSCALABLE_LOSS_HEADS + g.KL_SPARSITY_REGULARIZER + g.LOSSES +
@@ -52,7 +52,23 @@ CONDITIONAL_FP32 = (
 # Ops whose bfloat16 kernels are fast on each device type: oneDNN on AVX-512 CPUs; no GPU bf16 in 1.9.1.
 # The other LP16 ops have no bf16 kernel in 1.9.1: the rewriter emulates them (bf16-rounded inputs and
 # outputs around the fp32 kernel), so models see bf16 matmul numerics everywhere.
-NATIVE_LP16 = {"cpu": g.MATMUL + g.ONEDNN_FUSED, "gpu": ()}
+NATIVE_LP16 = {"cpu": g.MATMUL + g.ONEDNN_FUSED + g.PROJECT_MATMUL, "gpu": ()}
+
+# MXNet op -> the oneDNN 3 kernel of this project's library (libmxnet_amp) that replaces it, per device
+# type. The rewriter uses them where the device runs bfloat16 natively and the library's oneDNN 3 is loaded
+# (policy kernels="auto"; kernels="mxnet" keeps MXNet's): oneDNN 3 uses AMX and AVX512-BF16, MXNet 1.9.1's
+# oneDNN 2.4 bf16 FullyConnected runs slower than its float32 one on AMX Xeons, and MXNet has no bf16
+# batch_dot or matmul at all (bench/bench_matmul.py).
+LIBRARY_KERNELS = {
+    "cpu": {
+        "FullyConnected": "amp_fully_connected",
+        "_npx_fully_connected": "amp_fully_connected",
+        "batch_dot": "amp_batch_dot",
+        "_npx_batch_dot": "amp_batch_dot",
+        "_npi_matmul": "amp_matmul",
+    },
+    "gpu": {},
+}
 
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
 # list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
@@ -60,6 +76,10 @@ FP32_PARAM_OPS = g.BATCH_NORM
 
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
+    (g.PROJECT_MATMUL,
+     "this project's oneDNN 3 matrix product (libmxnet_amp): bfloat16 operands, float32 accumulation, "
+     "AMX / AVX512-BF16 kernels; the rewriter puts it in place of MXNet's op (LIBRARY_KERNELS) where the "
+     "CPU runs bfloat16 natively"),
     (g.ONEDNN_FUSED,
      "oneDNN fused CPU op (subgraph backend): bf16 primitives on AVX-512; there is no fp16 "
      "CPU kernel"),

@@ -30,7 +30,7 @@ NEUTRAL = (g.BATCH_NORM + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE 
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
            g.CONTAINERS + g.ADAPTIVE_POOLING + g.IMAGE + g.GRAPH_SAMPLING + g.MAX_MIN +
-           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.BF16_KERNEL_BROKEN + g.SCALAR_ADDITION)
+           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_MATMUL + g.BF16_KERNEL_BROKEN + g.SCALAR_ADDITION)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.ELEMWISE_MULTIPLY + g.TRUE_DIVIDE + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -51,8 +51,14 @@ NATIVE_LP16 = {"gpu": LP16, "cpu": ()}
 # list_lp16_use_fp32_params): MXNet 2.0 answers None for float16.
 FP32_PARAM_OPS = None
 
+# MXNet op -> this project's kernel that replaces it (see bfloat16.py): none has float16 CPU kernels.
+LIBRARY_KERNELS = {"cpu": {}, "gpu": {}}
+
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
+    (g.PROJECT_MATMUL,
+     "this project's oneDNN 3 matrix product (libmxnet_amp): float32 or bfloat16 operands only, no float16 "
+     "kernel: fp32"),
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),
     (g.BLAS_MATMUL, "matmul-like: cuBLAS/tensor-core GEMM in fp16 with fp32 accumulation"),
     (g.ATTENTION_GEMM, "attention GEMM (cuBLAS strided batched GEMM) in fp16"),

@@ -227,7 +227,8 @@ ELEMWISE_MULTIPLY = (
 
 # A tensor plus or minus a constant (x + 3 in hard-swish, 1 + mask): the constant can dominate the values.
 SCALAR_ADDITION = (
-    "_MinusScalar", "_PlusScalar", "_RMinusScalar", "_minus_scalar", "_npi_add_scalar", "_npi_rsubtract_scalar", "_npi_subtract_scalar", "_plus_scalar",
+    "_MinusScalar", "_PlusScalar", "_RMinusScalar", "_minus_scalar", "_npi_add_scalar", "_npi_rsubtract_scalar",
+    "_npi_subtract_scalar", "_plus_scalar",
     "_rminus_scalar",
 )
 
@@ -443,6 +444,9 @@ UNPREFIXED_BACKWARD = (
 PROJECT_OPS = (
     "amp_multi_cast", "amp_multi_unscale_check", "amp_multi_widest_cast", "amp_round",
 )
+
+# This project's oneDNN 3 matrix products (libmxnet_amp): float32 or bfloat16 operands.
+PROJECT_MATMUL = ("amp_batch_dot", "amp_fully_connected", "amp_matmul")
 
 # -------------------- domain-specific -------------------------------------------------------------
 

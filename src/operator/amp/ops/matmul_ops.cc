@@ -1,0 +1,592 @@
+/*!
+ * \file matmul_ops.cc
+ * \brief lib_api glue for the oneDNN 3 matrix products: amp_fully_connected (FullyConnected),
+ *        amp_batch_dot (batch_dot, _npx_batch_dot) and amp_matmul (_npi_matmul: NumPy broadcasting).
+ *
+ * Operands are float32 or bfloat16 (both the same), products accumulate in float32, and the output has
+ * the operands' dtype unless the attribute out_dtype (float32 or bfloat16) says otherwise. Attributes are
+ * those of the MXNet op each one replaces, so the graph rewriter only renames the node; amp_fully_connected
+ * also takes act_type="relu" (a ReLU fused into the product: oneDNN post-op; the gradient masks dy).
+ *
+ * Every product, gradients included, is one call of a strided matmul (onednn/matmul_api.h): a transposed
+ * operand is a view with swapped strides, never a copy. An output stored transposed is computed as
+ * C^T = B^T A^T. Gradients of operands broadcast over batch dimensions are summed in float32.
+ * Backward: inputs [dy, inputs..., y], outputs [gradient of each input], in the inputs' dtypes.
+ */
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "glue.h"
+#include "onednn_loader.h"
+#include "../kernels/convert.h"
+
+using mxnet::ext::MX_FAIL;
+using mxnet::ext::MX_SUCCESS;
+using mxnet::ext::MXReturnValue;
+using mxnet::ext::MXTensor;
+using mxnet::ext::OpResource;
+
+namespace mxnet_amp {
+namespace {
+
+constexpr char kFC[] = "amp_fully_connected";
+constexpr char kBatchDot[] = "amp_batch_dot";
+constexpr char kMatmul[] = "amp_matmul";
+constexpr int kMaxDims = AMP_MATMUL_MAX_DIMS;
+
+// ---- attributes -----------------------------------------------------------------------------------
+
+bool parse_int(const char* op, const Attrs& attrs, const char* key, long* value) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) {
+    MX_ERROR_MSG << op << ": missing attribute " << key;
+    return false;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (errno != 0 || end == it->second.c_str() || *end != '\0' || v < 1) {
+    MX_ERROR_MSG << op << ": attribute " << key << " must be an integer >= 1 (got '" << it->second << "')";
+    return false;
+  }
+  *value = v;
+  return true;
+}
+
+// out_dtype: float32 or bfloat16; absent: the operands' dtype (*dtype = -1).
+bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype) {
+  const auto it = attrs.find("out_dtype");
+  *dtype = -1;
+  if (it == attrs.end() || it->second == "None") return true;
+  if (it->second == "float32") {
+    *dtype = kFloat32;
+  } else if (it->second == "bfloat16") {
+    *dtype = kBfloat16;
+  } else {
+    MX_ERROR_MSG << op << ": attribute out_dtype must be float32 or bfloat16 (got '" << it->second << "')";
+    return false;
+  }
+  return true;
+}
+
+struct FCParams {
+  long num_hidden = 0;
+  bool no_bias = false, flatten = true, relu = false;
+  int out_dtype = -1;
+};
+
+bool parse_fc(const Attrs& attrs, FCParams* p) {
+  const auto act = attrs.find("act_type");
+  if (act != attrs.end() && act->second != "relu") {
+    MX_ERROR_MSG << kFC << ": attribute act_type must be relu (got '" << act->second << "')";
+    return false;
+  }
+  p->relu = act != attrs.end();
+  return parse_int(kFC, attrs, "num_hidden", &p->num_hidden) &&
+         parse_bool(kFC, attrs, "no_bias", false, &p->no_bias) &&
+         parse_bool(kFC, attrs, "flatten", true, &p->flatten) && parse_out_dtype(kFC, attrs, &p->out_dtype);
+}
+
+struct DotParams {
+  bool transpose_a = false, transpose_b = false;
+  int out_dtype = -1;
+};
+
+bool parse_dot(const char* op, const Attrs& attrs, DotParams* p) {
+  if (op == kMatmul) return parse_out_dtype(op, attrs, &p->out_dtype);
+  return parse_bool(op, attrs, "transpose_a", false, &p->transpose_a) &&
+         parse_bool(op, attrs, "transpose_b", false, &p->transpose_b) &&
+         parse_out_dtype(op, attrs, &p->out_dtype);
+}
+
+// Operands: float32 or bfloat16, all the same (unknown ones take the first known dtype).
+MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int>* in, std::vector<int>* out) {
+  int dtype = -1;
+  for (int t : *in) dtype = dtype == -1 ? t : dtype;
+  if (dtype == -1) dtype = kFloat32;
+  for (size_t i = 0; i < in->size(); ++i) {
+    if ((*in)[i] == -1) (*in)[i] = dtype;
+    if ((*in)[i] != dtype || (dtype != kFloat32 && dtype != kBfloat16)) {
+      MX_ERROR_MSG << op << ": input " << i << " has dtype " << dtype_name((*in)[i]) << "; all inputs must "
+                   << "be float32, or all bfloat16 (input 0: " << dtype_name((*in)[0]) << ")";
+      return MX_FAIL;
+    }
+  }
+  (*out)[0] = out_dtype == -1 ? dtype : out_dtype;
+  return MX_SUCCESS;
+}
+
+// ---- strided views and the one product call ------------------------------------------------------
+
+// A tensor seen as (batch..., rows, cols) with strides in elements.
+struct View {
+  void* ptr = nullptr;
+  int dtype = kFloat32;
+  int nb = 0;  // batch dimensions
+  int64_t dims[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+
+  int64_t rows() const { return dims[nb]; }
+  int64_t cols() const { return dims[nb + 1]; }
+  View t() const {
+    View v = *this;
+    std::swap(v.dims[nb], v.dims[nb + 1]);
+    std::swap(v.strides[nb], v.strides[nb + 1]);
+    return v;
+  }
+  int64_t batch_size() const {
+    int64_t n = 1;
+    for (int i = 0; i < nb; ++i) n *= dims[i];
+    return n;
+  }
+};
+
+// Row-major view of a contiguous tensor of shape dims (batch dims first, then rows and cols).
+View contiguous(void* ptr, int dtype, const std::vector<int64_t>& dims) {
+  View v;
+  v.ptr = ptr;
+  v.dtype = dtype;
+  v.nb = static_cast<int>(dims.size()) - 2;
+  int64_t stride = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    v.dims[i] = dims[i];
+    v.strides[i] = stride;
+    stride *= dims[i];
+  }
+  return v;
+}
+
+View with_ptr(View v, void* ptr, int dtype) {
+  v.ptr = ptr;
+  v.dtype = dtype;
+  return v;
+}
+
+AmpMatmulFn backend(const char* op) {
+  AmpMatmulFn fn = onednn_matmul();
+  if (fn == nullptr) MX_ERROR_MSG << op << ": oneDNN 3 kernels unavailable: " << onednn_info();
+  return fn;
+}
+
+// c = a b (+ bias) (then max(0, c) with relu), one oneDNN matmul.
+bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias = nullptr,
+          int bias_dtype = -1, bool relu = false) {
+  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), nullptr, -1, relu);
+  AmpMatmulFn fn = backend(op);
+  if (fn == nullptr) return false;
+  AmpMatmul m;
+  m.ndims = c.nb + 2;
+  m.a_dtype = a.dtype;
+  m.b_dtype = b.dtype;
+  m.c_dtype = c.dtype;
+  m.bias_dtype = bias == nullptr ? -1 : bias_dtype;
+  m.relu = relu ? 1 : 0;
+  std::copy(a.dims, a.dims + kMaxDims, m.a_dims);
+  std::copy(a.strides, a.strides + kMaxDims, m.a_strides);
+  std::copy(b.dims, b.dims + kMaxDims, m.b_dims);
+  std::copy(b.strides, b.strides + kMaxDims, m.b_strides);
+  std::copy(c.dims, c.dims + kMaxDims, m.c_dims);
+  std::copy(c.strides, c.strides + kMaxDims, m.c_strides);
+  m.a = a.ptr;
+  m.b = b.ptr;
+  m.bias = bias;
+  m.c = c.ptr;
+  char error[512] = {0};
+  if (fn(&m, error, sizeof(error)) != 0) {
+    MX_ERROR_MSG << op << ": " << error;
+    return false;
+  }
+  return true;
+}
+
+float load(const void* p, int dtype, int64_t i) {
+  return dtype == kBfloat16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
+                            : static_cast<const float*>(p)[i];
+}
+
+void store(void* p, int dtype, int64_t i, float v) {
+  if (dtype == kBfloat16) {
+    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
+void zero(MXTensor* t) {
+  for (int64_t i = 0; i < t->size(); ++i) store(t->data_ptr, static_cast<int>(t->dtype), i, 0.f);
+}
+
+// Buffers of one op call (OpResource::alloc_cpu hands out one temporary space, reused by a second call).
+using Scratch = std::vector<std::vector<float>>;
+
+void* scratch(Scratch* keep, int64_t floats) {
+  keep->emplace_back(static_cast<size_t>(floats));
+  return keep->back().data();
+}
+
+// The tensor t in dtype (a scratch copy when t has another dtype).
+void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
+  if (static_cast<int>(t.dtype) == dtype) return t.data_ptr;
+  const int64_t n = t.size();
+  void* out = scratch(keep, n);
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) store(out, dtype, i, load(t.data_ptr, static_cast<int>(t.dtype), i));
+  return out;
+}
+
+// ---- amp_fully_connected ----------------------------------------------------------------------------
+
+MXReturnValue fc_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  FCParams p;
+  if (!parse_fc(attrs, &p)) return MX_FAIL;
+  *num_in = p.no_bias ? 2 : 3;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+MXReturnValue fc_infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  FCParams p;
+  if (!parse_fc(attrs, &p)) return MX_FAIL;
+  return infer_operand_types(kFC, p.out_dtype, in, out);
+}
+
+MXReturnValue fc_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
+  FCParams p;
+  if (!parse_fc(attrs, &p)) return MX_FAIL;
+  const auto& x = (*in)[0];
+  if (x.empty()) {
+    MX_ERROR_MSG << kFC << ": the data shape must be known";
+    return MX_FAIL;
+  }
+  unsigned int k = 1;
+  std::vector<unsigned int> y;
+  if (p.flatten) {
+    for (size_t i = 1; i < x.size(); ++i) k *= x[i];
+    y = {x[0], static_cast<unsigned int>(p.num_hidden)};
+  } else {
+    k = x.back();
+    y.assign(x.begin(), x.end() - 1);
+    y.push_back(static_cast<unsigned int>(p.num_hidden));
+  }
+  const std::vector<unsigned int> w = {static_cast<unsigned int>(p.num_hidden), k};
+  if ((*in)[1].empty()) (*in)[1] = w;
+  if ((*in)[1] != w) {
+    MX_ERROR_MSG << kFC << ": weight must have shape (" << p.num_hidden << ", " << k << ") for data of "
+                 << "this shape (num_hidden=" << p.num_hidden << ", flatten=" << p.flatten << ")";
+    return MX_FAIL;
+  }
+  if (!p.no_bias) {
+    const std::vector<unsigned int> b = {static_cast<unsigned int>(p.num_hidden)};
+    if ((*in)[2].empty()) (*in)[2] = b;
+    if ((*in)[2] != b) {
+      MX_ERROR_MSG << kFC << ": bias must have shape (" << p.num_hidden << ",)";
+      return MX_FAIL;
+    }
+  }
+  (*out)[0] = y;
+  return MX_SUCCESS;
+}
+
+// data as (M, K), weight (N, K).
+void fc_dims(const MXTensor& x, const MXTensor& w, int64_t* m, int64_t* k, int64_t* n) {
+  *n = w.shape[0];
+  *k = w.shape[1];
+  *m = *k == 0 ? 0 : x.size() / *k;
+}
+
+MXReturnValue fc_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                         const OpResource& res) {
+  FCParams p;
+  if (!parse_fc(attrs, &p)) return MX_FAIL;
+  const MXTensor& x = (*inputs)[0];
+  const MXTensor& w = (*inputs)[1];
+  MXTensor& y = (*outputs)[0];
+  int64_t m, k, n;
+  fc_dims(x, w, &m, &k, &n);
+  if (m == 0 || n == 0) return MX_SUCCESS;
+  const int dt = static_cast<int>(x.dtype);
+  const View xv = contiguous(x.data_ptr, dt, {m, k});
+  const View wv = contiguous(w.data_ptr, dt, {n, k});
+  const View yv = contiguous(y.data_ptr, static_cast<int>(y.dtype), {m, n});
+  const void* bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
+  const int bias_dtype = p.no_bias ? -1 : static_cast<int>((*inputs)[2].dtype);
+  if (k == 0) {  // empty sum: bias (or zeros)
+    for (int64_t i = 0; i < m * n; ++i) {
+      const float v = bias ? load(bias, bias_dtype, i % n) : 0.f;
+      store(y.data_ptr, yv.dtype, i, p.relu && v < 0.f ? 0.f : v);
+    }
+    return MX_SUCCESS;
+  }
+  return gemm(kFC, xv, wv.t(), yv, bias, bias_dtype, p.relu) ? MX_SUCCESS : MX_FAIL;
+}
+
+MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                          const OpResource& res) {
+  FCParams p;
+  if (!parse_fc(attrs, &p)) return MX_FAIL;
+  const MXTensor& x = (*inputs)[1];
+  const MXTensor& w = (*inputs)[2];
+  int64_t m, k, n;
+  fc_dims(x, w, &m, &k, &n);
+  const int dt = static_cast<int>(x.dtype);
+  MXTensor& dx = (*outputs)[0];
+  MXTensor& dw = (*outputs)[1];
+  if (m == 0 || n == 0 || k == 0) {
+    for (MXTensor& g : *outputs) zero(&g);
+    if (m == 0 || n == 0 || p.no_bias) return MX_SUCCESS;
+  }
+  const MXTensor& dy_t = (*inputs)[0];
+  Scratch keep;
+  void* g = in_dtype(dy_t, dt, &keep);
+  const void* g_sum = dy_t.data_ptr;  // what the bias gradient sums
+  int g_sum_dtype = static_cast<int>(dy_t.dtype);
+  if (p.relu) {  // dy where the output is positive, else 0
+    const MXTensor& y = (*inputs)[p.no_bias ? 3 : 4];
+    if (g == dy_t.data_ptr) g = scratch(&keep, m * n);
+#pragma omp parallel for
+    for (int64_t i = 0; i < m * n; ++i) {
+      const bool on = load(y.data_ptr, static_cast<int>(y.dtype), i) > 0.f;
+      store(g, dt, i, on ? load(dy_t.data_ptr, static_cast<int>(dy_t.dtype), i) : 0.f);
+    }
+    g_sum = g;
+    g_sum_dtype = dt;
+  }
+  const View dy = contiguous(g, dt, {m, n});
+  if (k > 0) {
+    const View xv = contiguous(x.data_ptr, dt, {m, k});
+    const View wv = contiguous(w.data_ptr, dt, {n, k});
+    if (!gemm(kFC, dy, wv, contiguous(dx.data_ptr, static_cast<int>(dx.dtype), {m, k})) ||
+        !gemm(kFC, dy.t(), xv, contiguous(dw.data_ptr, static_cast<int>(dw.dtype), {n, k}))) {
+      return MX_FAIL;
+    }
+  }
+  if (!p.no_bias) {  // column sums of dy, float32
+    MXTensor& db = (*outputs)[2];
+#pragma omp parallel for
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0.f;
+      for (int64_t i = 0; i < m; ++i) s += load(g_sum, g_sum_dtype, i * n + j);
+      store(db.data_ptr, static_cast<int>(db.dtype), j, s);
+    }
+  }
+  return MX_SUCCESS;
+}
+
+// ---- amp_batch_dot and amp_matmul -----------------------------------------------------------------
+
+// The logical operands (batch..., M, K) and (batch..., K, N) and the output (batch..., M, N), batch
+// dimensions padded to one count. batch_dot: equal batch dimensions, transposes folded into strides;
+// matmul: NumPy rules (1-D operands promoted, batch dimensions broadcast).
+struct Problem {
+  View a, b, c;
+  std::vector<int64_t> out_shape;
+};
+
+bool make_problem(const char* op, const DotParams& p, const std::vector<int64_t>& sa,
+                  const std::vector<int64_t>& sb, Problem* pr, std::string* error) {
+  std::vector<int64_t> da = sa, db = sb;
+  const bool numpy = op == kMatmul;
+  if (da.empty() || db.empty()) {
+    *error = "operands must have at least one dimension";
+    return false;
+  }
+  if (numpy) {
+    if (da.size() == 1) da.insert(da.begin(), 1);
+    if (db.size() == 1) db.push_back(1);
+  } else if (da.size() < 3 || da.size() != db.size()) {
+    *error = "operands must have the same number (>= 3) of dimensions";
+    return false;
+  }
+  const size_t nd = std::max(da.size(), db.size());
+  if (nd > static_cast<size_t>(kMaxDims)) {
+    *error = "at most " + std::to_string(kMaxDims) + " dimensions are supported";
+    return false;
+  }
+  da.insert(da.begin(), nd - da.size(), 1);
+  db.insert(db.begin(), nd - db.size(), 1);
+  pr->a = contiguous(nullptr, kFloat32, da);
+  pr->b = contiguous(nullptr, kFloat32, db);
+  if (p.transpose_a) pr->a = pr->a.t();
+  if (p.transpose_b) pr->b = pr->b.t();
+  const int nb = static_cast<int>(nd) - 2;
+  if (pr->a.cols() != pr->b.rows()) {
+    *error = "inner dimensions differ (" + std::to_string(pr->a.cols()) + " vs " +
+             std::to_string(pr->b.rows()) + ")";
+    return false;
+  }
+  std::vector<int64_t> dc(nd);
+  for (int i = 0; i < nb; ++i) {
+    const int64_t x = pr->a.dims[i], y = pr->b.dims[i];
+    if (x != y && (!numpy || (x != 1 && y != 1))) {
+      *error = "batch dimension " + std::to_string(i) + " differs (" + std::to_string(x) + " vs " +
+               std::to_string(y) + ")";
+      return false;
+    }
+    dc[i] = std::max(x, y);
+  }
+  dc[nb] = pr->a.rows();
+  dc[nb + 1] = pr->b.cols();
+  pr->c = contiguous(nullptr, kFloat32, dc);
+  pr->out_shape.assign(dc.begin(), dc.begin() + nb);
+  if (!numpy || sa.size() > 1) pr->out_shape.push_back(dc[nb]);
+  if (!numpy || sb.size() > 1) pr->out_shape.push_back(dc[nb + 1]);
+  return true;
+}
+
+template <const char* kOp>
+MXReturnValue dot_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  DotParams p;
+  if (!parse_dot(kOp, attrs, &p)) return MX_FAIL;
+  *num_in = 2;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+template <const char* kOp>
+MXReturnValue dot_infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  DotParams p;
+  if (!parse_dot(kOp, attrs, &p)) return MX_FAIL;
+  return infer_operand_types(kOp, p.out_dtype, in, out);
+}
+
+template <const char* kOp>
+MXReturnValue dot_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
+  DotParams p;
+  if (!parse_dot(kOp, attrs, &p)) return MX_FAIL;
+  Problem pr;
+  std::string error;
+  if (!make_problem(kOp, p, std::vector<int64_t>((*in)[0].begin(), (*in)[0].end()),
+                    std::vector<int64_t>((*in)[1].begin(), (*in)[1].end()), &pr, &error)) {
+    MX_ERROR_MSG << kOp << ": " << error;
+    return MX_FAIL;
+  }
+  (*out)[0].assign(pr.out_shape.begin(), pr.out_shape.end());
+  return MX_SUCCESS;
+}
+
+template <const char* kOp>
+bool dot_problem(const Attrs& attrs, const MXTensor& a, const MXTensor& b, Problem* pr) {
+  DotParams p;
+  std::string error;
+  if (!parse_dot(kOp, attrs, &p)) return false;
+  if (!make_problem(kOp, p, a.shape, b.shape, pr, &error)) {
+    MX_ERROR_MSG << kOp << ": " << error;
+    return false;
+  }
+  pr->a = with_ptr(pr->a, a.data_ptr, static_cast<int>(a.dtype));
+  pr->b = with_ptr(pr->b, b.data_ptr, static_cast<int>(b.dtype));
+  return true;
+}
+
+bool empty(const View& v) {
+  for (int i = 0; i < v.nb + 2; ++i) {
+    if (v.dims[i] == 0) return true;
+  }
+  return false;
+}
+
+template <const char* kOp>
+MXReturnValue dot_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                          const OpResource& res) {
+  Problem pr;
+  if (!dot_problem<kOp>(attrs, (*inputs)[0], (*inputs)[1], &pr)) return MX_FAIL;
+  MXTensor& y = (*outputs)[0];
+  const View c = with_ptr(pr.c, y.data_ptr, static_cast<int>(y.dtype));
+  if (empty(c)) return MX_SUCCESS;
+  if (pr.a.cols() == 0) {
+    zero(&y);
+    return MX_SUCCESS;
+  }
+  return gemm(kOp, pr.a, pr.b, c) ? MX_SUCCESS : MX_FAIL;
+}
+
+// grad (laid out like operand `like`, broadcast batch dimensions of size 1) = sum over broadcast of
+// x y, where x y has the batch dimensions of `full`.
+bool product_into(const char* op, const View& x, const View& y, const View& like, const View& full,
+                  Scratch* keep) {
+  bool broadcast = false;
+  for (int i = 0; i < like.nb; ++i) broadcast = broadcast || like.dims[i] != full.dims[i];
+  if (!broadcast) return gemm(op, x, y, like);
+  // Full product in float32, then summed into the broadcast dimensions.
+  std::vector<int64_t> dims(full.dims, full.dims + full.nb);
+  dims.push_back(like.rows());
+  dims.push_back(like.cols());
+  const int64_t rc = like.rows() * like.cols();
+  const int64_t nfull = full.batch_size();
+  float* tmp = static_cast<float*>(scratch(keep, nfull * rc));
+  if (!gemm(op, x, y, contiguous(tmp, kFloat32, dims))) return false;
+  std::vector<float> acc(like.batch_size() * rc, 0.f);
+  for (int64_t i = 0; i < nfull; ++i) {
+    int64_t rest = i, dst = 0, scale = 1;
+    for (int d = full.nb - 1; d >= 0; --d) {
+      const int64_t idx = rest % full.dims[d];
+      rest /= full.dims[d];
+      if (like.dims[d] != 1) dst += idx * scale;
+      scale *= like.dims[d];
+    }
+    const float* src = tmp + i * rc;
+    float* to = acc.data() + dst * rc;
+    for (int64_t j = 0; j < rc; ++j) to[j] += src[j];
+  }
+  for (int64_t i = 0; i < like.batch_size(); ++i) {
+    int64_t rest = i, off = 0;
+    for (int d = like.nb - 1; d >= 0; --d) {
+      off += (rest % like.dims[d]) * like.strides[d];
+      rest /= like.dims[d];
+    }
+    for (int64_t r = 0; r < like.rows(); ++r) {
+      for (int64_t col = 0; col < like.cols(); ++col) {
+        store(like.ptr, like.dtype, off + r * like.strides[like.nb] + col * like.strides[like.nb + 1],
+              acc[i * rc + r * like.cols() + col]);
+      }
+    }
+  }
+  return true;
+}
+
+template <const char* kOp>
+MXReturnValue dot_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                           const OpResource& res) {
+  Problem pr;
+  if (!dot_problem<kOp>(attrs, (*inputs)[1], (*inputs)[2], &pr)) return MX_FAIL;
+  MXTensor& ga = (*outputs)[0];
+  MXTensor& gb = (*outputs)[1];
+  const View da = with_ptr(pr.a, ga.data_ptr, static_cast<int>(ga.dtype));
+  const View db = with_ptr(pr.b, gb.data_ptr, static_cast<int>(gb.dtype));
+  if (empty(pr.c) || pr.a.cols() == 0) {
+    for (MXTensor& g : *outputs) zero(&g);
+    return MX_SUCCESS;
+  }
+  Scratch keep;
+  const View dc = with_ptr(pr.c, in_dtype((*inputs)[0], pr.a.dtype, &keep), pr.a.dtype);
+  return product_into(kOp, dc, pr.b.t(), da, pr.c, &keep) && product_into(kOp, pr.a.t(), dc, db, pr.c, &keep)
+             ? MX_SUCCESS
+             : MX_FAIL;
+}
+
+}  // namespace
+}  // namespace mxnet_amp
+
+REGISTER_OP(amp_fully_connected)
+    .setParseAttrs(mxnet_amp::fc_parse)
+    .setInferType(mxnet_amp::fc_infer_type)
+    .setInferShape(mxnet_amp::fc_infer_shape)
+    .setForward(mxnet_amp::fc_forward, "cpu")
+    .setBackward(mxnet_amp::fc_backward, "cpu");
+
+REGISTER_OP(amp_batch_dot)
+    .setParseAttrs(mxnet_amp::dot_parse<mxnet_amp::kBatchDot>)
+    .setInferType(mxnet_amp::dot_infer_type<mxnet_amp::kBatchDot>)
+    .setInferShape(mxnet_amp::dot_infer_shape<mxnet_amp::kBatchDot>)
+    .setForward(mxnet_amp::dot_forward<mxnet_amp::kBatchDot>, "cpu")
+    .setBackward(mxnet_amp::dot_backward<mxnet_amp::kBatchDot>, "cpu");
+
+REGISTER_OP(amp_matmul)
+    .setParseAttrs(mxnet_amp::dot_parse<mxnet_amp::kMatmul>)
+    .setInferType(mxnet_amp::dot_infer_type<mxnet_amp::kMatmul>)
+    .setInferShape(mxnet_amp::dot_infer_shape<mxnet_amp::kMatmul>)
+    .setForward(mxnet_amp::dot_forward<mxnet_amp::kMatmul>, "cpu")
+    .setBackward(mxnet_amp::dot_backward<mxnet_amp::kMatmul>, "cpu");

@@ -1,0 +1,73 @@
+/*!
+ * \file onednn_loader.cc
+ * \brief dlopen of libmxnet_amp_onednn.so; the status for mxnet.amp._ext (mxnet_amp_onednn_available).
+ */
+#include "onednn_loader.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace mxnet_amp {
+namespace {
+
+struct Backend {
+  AmpMatmulFn matmul = nullptr;
+  std::string info;
+};
+
+std::string own_directory() {
+  Dl_info dl;
+  if (dladdr(reinterpret_cast<void*>(&onednn_info), &dl) == 0 || dl.dli_fname == nullptr) return ".";
+  const std::string path = dl.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+Backend open_backend() {
+  Backend b;
+  const char* env = std::getenv("MXNET_AMP_ONEDNN");
+  if (env != nullptr && std::strcmp(env, "0") == 0) {
+    b.info = "disabled by MXNET_AMP_ONEDNN=0";
+    return b;
+  }
+  const std::string path = own_directory() + "/" + AMP_ONEDNN_LIBRARY;
+  // RTLD_LOCAL: oneDNN 3's dnnl_* symbols stay out of the global namespace (MXNet bundles oneDNN 2).
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    b.info = std::string("cannot load ") + path + ": " + (why ? why : "unknown error") +
+             " (built without oneDNN 3, or libdnnl.so.3 missing: pip install onednn-cpu-gomp)";
+    return b;
+  }
+  auto info = reinterpret_cast<AmpOnednnInfoFn>(dlsym(handle, AMP_ONEDNN_INFO_SYMBOL));
+  b.matmul = reinterpret_cast<AmpMatmulFn>(dlsym(handle, AMP_MATMUL_SYMBOL));
+  if (info == nullptr || b.matmul == nullptr) {
+    b.matmul = nullptr;
+    b.info = path + " lacks the symbols " AMP_MATMUL_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL;
+    return b;
+  }
+  b.info = info();
+  return b;
+}
+
+const Backend& backend() {
+  static const Backend b = open_backend();
+  return b;
+}
+
+}  // namespace
+
+AmpMatmulFn onednn_matmul() { return backend().matmul; }
+
+const char* onednn_info() { return backend().info.c_str(); }
+
+}  // namespace mxnet_amp
+
+/*! \brief 1 when the oneDNN 3 kernels are usable (*info: their version and ISA), else 0 (*info: why). */
+extern "C" int mxnet_amp_onednn_available(const char** info) {
+  *info = mxnet_amp::onednn_info();
+  return mxnet_amp::onednn_matmul() != nullptr ? 1 : 0;
+}

@@ -1,0 +1,443 @@
+"""The library's oneDNN 3 matrix products (amp_fully_connected, amp_batch_dot, amp_matmul) and their routing.
+
+Kernel tests run wherever oneDNN 3 loads (its reference kernels compute bfloat16 on CPUs without AVX-512 too):
+NumPy references in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length;
+gradients against finite differences (float32 operands: the products are linear, so differences are exact up
+to float32 rounding) and against MXNet's float32 kernels. Routing tests check graph structure on every machine;
+the fallback without oneDNN 3 runs in a subprocess with ``MXNET_AMP_ONEDNN=0``.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import amp, autograd, gluon
+from mxnet.gluon import nn
+from mxnet.amp import _ext, convert as C, graph
+from mxnet.amp.policy import BFLOAT16, FLOAT32, KERNELS, NATIVE, make_policy
+
+from amp_testing import bf16_round
+
+ONEDNN, ONEDNN_INFO = _ext.onednn()
+requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
+
+RNG = np.random.RandomState(0)
+
+
+def _bf16(values):
+    return mx.nd.amp_cast(mx.nd.array(values), dtype=BFLOAT16)
+
+
+def _np(arr):
+    return mx.nd.amp_cast(arr, dtype=np.float32).asnumpy()
+
+
+def _values(*shape):
+    return RNG.uniform(-1, 1, shape).astype(np.float32)
+
+
+def _check(got, ref, magnitude, k, out_dtype):
+    """|got - ref| within float32 accumulation over k terms (+ bfloat16 rounding of a bfloat16 output)."""
+    tol = 4 * k * 2.0 ** -24 * magnitude + 1e-30
+    if out_dtype == "bfloat16":
+        tol = tol + 2.0 ** -8 * np.abs(ref)
+    err = np.abs(got.astype(np.float64) - ref)
+    assert (err <= tol).all(), "max error %.3g (tolerance %.3g)" % (err.max(), np.max(tol))
+
+
+def _fc_reference(x, w, b, flatten):
+    x2 = x.reshape(x.shape[0], -1) if flatten else x.reshape(-1, x.shape[-1])
+    x2, w = bf16_round(x2).astype(np.float64), bf16_round(w).astype(np.float64)
+    ref, mag = x2 @ w.T, np.abs(x2) @ np.abs(w).T
+    if b is not None:
+        ref, mag = ref + bf16_round(b), mag + np.abs(bf16_round(b))
+    shape = (x.shape[0], w.shape[0]) if flatten else x.shape[:-1] + (w.shape[0],)
+    return ref.reshape(shape), mag.reshape(shape), x2.shape[1]
+
+
+# ---- kernels -----------------------------------------------------------------------------------------------
+@requires_onednn3
+@pytest.mark.parametrize("shape, hidden, flatten", [((1, 7), 1, True), ((7, 129), 7, True), ((3, 5, 7), 129, True),
+                                                    ((3, 5, 129), 7, False), ((2, 1, 7), 33, False)])
+@pytest.mark.parametrize("no_bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [None, "float32"])
+def test_fully_connected_matches_numpy(shape, hidden, flatten, no_bias, out_dtype):
+    k = int(np.prod(shape[1:])) if flatten else shape[-1]
+    x, w, b = _values(*shape), _values(hidden, k), None if no_bias else _values(hidden)
+    args = [_bf16(x), _bf16(w)] + ([] if no_bias else [_bf16(b)])
+    attrs = dict(num_hidden=hidden, no_bias=no_bias, flatten=flatten)
+    if out_dtype:
+        attrs["out_dtype"] = out_dtype
+    y = mx.nd.amp_fully_connected(*args, **attrs)
+    ref, mag, k = _fc_reference(x, w, b, flatten)
+    assert y.shape == ref.shape
+    assert (y.dtype == np.float32) == (out_dtype == "float32")
+    _check(_np(y), ref, mag, k, out_dtype or "bfloat16")
+
+
+@requires_onednn3
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("b, m, k, n", [(1, 1, 1, 1), (3, 7, 129, 5), (2, 129, 7, 33)])
+def test_batch_dot_matches_numpy(ta, tb, b, m, k, n):
+    a = _values(b, k, m) if ta else _values(b, m, k)
+    c = _values(b, n, k) if tb else _values(b, k, n)
+    y = mx.nd.amp_batch_dot(_bf16(a), _bf16(c), transpose_a=ta, transpose_b=tb, out_dtype="float32")
+    la = bf16_round(a).astype(np.float64)
+    lc = bf16_round(c).astype(np.float64)
+    la, lc = (la.transpose(0, 2, 1) if ta else la), (lc.transpose(0, 2, 1) if tb else lc)
+    _check(y.asnumpy(), la @ lc, np.abs(la) @ np.abs(lc), k, "float32")
+    assert _bf16(a).dtype == mx.nd.amp_batch_dot(_bf16(a), _bf16(c), transpose_a=ta, transpose_b=tb).dtype
+
+
+@requires_onednn3
+@pytest.mark.parametrize("sa, sb", [((5, 7), (7, 3)), ((2, 1, 5, 7), (3, 7, 4)), ((7,), (3, 7, 4)),
+                                    ((2, 3, 5, 7), (7,)), ((1, 5, 129), (4, 129, 1)), ((7,), (7,))])
+def test_matmul_broadcasts_like_numpy(sa, sb):
+    a, c = _values(*sa), _values(*sb)
+    y = mx.nd.amp_matmul(_bf16(a), _bf16(c), out_dtype="float32")
+    la, lc = bf16_round(a).astype(np.float64), bf16_round(c).astype(np.float64)
+    ref = np.matmul(la, lc)
+    assert y.shape == ref.shape
+    _check(y.asnumpy(), ref, np.matmul(np.abs(la), np.abs(lc)), sa[-1], "float32")
+
+
+@requires_onednn3
+def test_fused_relu_matches_fully_connected_then_relu():
+    x, w, b = _values(7, 129), _values(33, 129), _values(33)
+    head = _values(7, 33)
+    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], mx.nd.array(head), num_hidden=33,
+                     act_type="relu", out_dtype="float32")
+    ref, mag, k = _fc_reference(x, w, b, True)
+    _check(y.asnumpy(), np.maximum(ref, 0), mag, k, "float32")
+    rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
+    for a in rounded:
+        a.attach_grad()
+    with autograd.record():
+        ref_y = mx.nd.relu(mx.nd.FullyConnected(*rounded, num_hidden=33))
+    ref_y.backward(mx.nd.array(head))
+    for got, want in zip(ours, rounded):
+        want = want.grad.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+    with pytest.raises(mx.base.MXNetError, match="act_type must be relu \\(got 'tanh'\\)"):
+        mx.nd.amp_fully_connected(_bf16(x), _bf16(w), num_hidden=33, no_bias=True, act_type="tanh").wait_to_read()
+
+
+@requires_onednn3
+def test_offset_views_and_float32_operands():
+    big = _values(6, 7, 129)
+    view = _bf16(big)[2:5]  # an NDArray view at an offset into its parent's storage
+    w = _values(9, 129)
+    y = mx.nd.amp_fully_connected(view, _bf16(w), num_hidden=9, no_bias=True, flatten=False, out_dtype="float32")
+    ref, mag, k = _fc_reference(big[2:5], w, None, False)
+    _check(y.asnumpy(), ref, mag, k, "float32")
+    # float32 operands: a float32 product (no rounding of the operands)
+    y32 = mx.nd.amp_fully_connected(mx.nd.array(big[2:5]), mx.nd.array(w), num_hidden=9, no_bias=True,
+                                    flatten=False)
+    assert y32.dtype == np.float32
+    ref32 = big[2:5].astype(np.float64) @ w.T.astype(np.float64)
+    _check(y32.asnumpy(), ref32, np.abs(big[2:5]) @ np.abs(w.T), 129, "float32")
+
+
+@requires_onednn3
+def test_invalid_attributes_and_dtypes_are_reported():
+    x, w = _bf16(_values(2, 3)), _bf16(_values(4, 3))
+    with pytest.raises(mx.base.MXNetError, match="out_dtype must be float32 or bfloat16 \\(got 'float16'\\)"):
+        mx.nd.amp_fully_connected(x, w, num_hidden=4, no_bias=True, out_dtype="float16").wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="all inputs must be float32, or all bfloat16"):
+        mx.nd.amp_batch_dot(x.reshape((1, 2, 3)), mx.nd.ones((1, 3, 2))).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="inner dimensions differ \\(3 vs 2\\)"):
+        mx.nd.amp_matmul(x, x[:, :2].reshape((2, 2))).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="batch dimension 0 differs \\(2 vs 3\\)"):
+        mx.nd.amp_batch_dot(_bf16(_values(2, 3, 4)), _bf16(_values(3, 4, 5))).wait_to_read()
+
+
+def _grads(op, arrays, head, **attrs):
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        y = op(*arrays, **attrs)
+    y.backward(head)
+    return y, [a.grad for a in arrays]
+
+
+@requires_onednn3
+@pytest.mark.parametrize("case", ["fc", "fc_flat", "batch_dot", "matmul_broadcast"])
+def test_gradients_match_finite_differences(case):
+    # float32 operands: the op is linear in each input, so central differences are exact up to rounding.
+    if case.startswith("fc"):
+        flatten = case == "fc_flat"
+        shapes, op = [(3, 2, 5), (4, 10 if flatten else 5), (4,)], mx.nd.amp_fully_connected
+        attrs = dict(num_hidden=4, flatten=flatten)
+    elif case == "batch_dot":
+        shapes, op, attrs = [(2, 5, 3), (2, 4, 5)], mx.nd.amp_batch_dot, dict(transpose_a=True, transpose_b=True)
+    else:
+        shapes, op, attrs = [(2, 1, 3, 5), (4, 5, 2)], mx.nd.amp_matmul, {}
+    values = [_values(*s).astype(np.float64) for s in shapes]
+    out_shape = op(*[mx.nd.array(v) for v in values], **attrs).shape
+    head = _values(*out_shape)
+    _, grads = _grads(op, [mx.nd.array(v) for v in values], mx.nd.array(head), **attrs)
+
+    def loss(vals):
+        return float((op(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64) * head).sum())
+    for i, v in enumerate(values):
+        fd = np.zeros_like(v)
+        for idx in np.ndindex(*v.shape):
+            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
+            plus[i][idx] += 0.5
+            minus[i][idx] -= 0.5
+            fd[idx] = loss(plus) - loss(minus)
+        np.testing.assert_allclose(grads[i].asnumpy(), fd, rtol=1e-4, atol=1e-4, err_msg="input %d" % i)
+
+
+@requires_onednn3
+@pytest.mark.parametrize("flatten", [True, False])
+def test_bf16_gradients_match_mxnet_float32_kernels(flatten):
+    x, w, b = _values(7, 3, 129), _values(33, 387 if flatten else 129), _values(33)
+    head = _values(*((7, 33) if flatten else (7, 3, 33)))
+    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], _bf16(head), num_hidden=33,
+                     flatten=flatten)
+    rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
+    ref_y, ref = _grads(mx.nd.FullyConnected, rounded, mx.nd.array(bf16_round(head)), num_hidden=33,
+                        flatten=flatten)
+    for got, want in zip([y] + ours, [ref_y] + ref):
+        assert got.dtype == BFLOAT16
+        want = want.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+@requires_onednn3
+def test_batch_dot_gradients_match_mxnet_float32_kernels():
+    a, c, head = _values(4, 7, 129), _values(4, 33, 129), _values(4, 7, 33)
+    _, ours = _grads(mx.nd.amp_batch_dot, [_bf16(a), _bf16(c)], mx.nd.array(head), transpose_b=True,
+                     out_dtype="float32")
+    _, ref = _grads(mx.nd.batch_dot, [mx.nd.array(bf16_round(a)), mx.nd.array(bf16_round(c))],
+                    mx.nd.array(bf16_round(head)), transpose_b=True)
+    for got, want in zip(ours, ref):
+        want = want.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+# ---- routing -------------------------------------------------------------------------------------------------
+def _attention_symbol():
+    x = mx.sym.var("data")
+    q = mx.sym.FullyConnected(x, num_hidden=8, flatten=False, name="q")
+    k = mx.sym.FullyConnected(x, num_hidden=8, flatten=False, no_bias=True, name="k")
+    att = mx.sym.softmax(mx.sym.batch_dot(q, k, transpose_b=True, name="qk") / 2.0)
+    return mx.sym.batch_dot(att, q, name="av")
+
+
+def _ops(sym):
+    return [n["op"] for n in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]]
+
+
+def test_kernels_choice_is_validated():
+    assert KERNELS == ("auto", "mxnet") and make_policy("bfloat16").kernels == "auto"
+    with pytest.raises(ValueError, match="kernels must be one of 'auto', 'mxnet', got 'onednn'"):
+        make_policy("bfloat16", kernels="onednn")
+    with pytest.raises(ValueError, match="kernels must be one of 'auto', 'mxnet'"):
+        amp.init("bfloat16", kernels=None)
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        C.convert(_attention_symbol(), None, None, "bfloat16", kernels="MXNet")
+
+
+@requires_onednn3
+def test_native_devices_route_matmuls_to_the_library(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU, whatever this one is
+    auto, mxnet = make_policy("bfloat16"), make_policy("bfloat16", kernels="mxnet")
+    for op in ("FullyConnected", "batch_dot", "_npx_batch_dot", "_npi_matmul"):
+        assert auto.lp16_mode(op, "cpu") == NATIVE and auto.library_kernel(op, "cpu") is not None
+        assert mxnet.library_kernel(op, "cpu") is None
+    assert mxnet.lp16_mode("batch_dot", "cpu") == FLOAT32
+    assert auto.library_kernel("Convolution", "cpu") is None and auto.library_kernel("FullyConnected", "gpu") is None
+    low, stats = graph.rewrite_symbol(_attention_symbol(), auto, "cpu")
+    ops = _ops(low)
+    assert ops.count("amp_fully_connected") == 2 and ops.count("amp_batch_dot") == 2
+    assert "FullyConnected" not in ops and "batch_dot" not in ops
+    assert dict(stats.kernels) == {"amp_fully_connected": 2, "amp_batch_dot": 2}
+    assert dict(stats.lp16_modes) == {"native": 4}
+    low, stats = graph.rewrite_symbol(_attention_symbol(), mxnet, "cpu")
+    assert "amp_batch_dot" not in _ops(low) and not stats.kernels
+    for policy in (make_policy("bfloat16", emulate=True), make_policy("float16")):
+        assert not graph.rewrite_symbol(_attention_symbol(), policy, "cpu")[1].kernels
+
+
+def test_emulating_devices_keep_mxnet_kernels(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
+    policy = make_policy("bfloat16")
+    assert policy.library_kernel("FullyConnected", "cpu") is None
+    low, stats = graph.rewrite_symbol(_attention_symbol(), policy, "cpu")
+    assert not set(_ops(low)) & set(_ext.MATMUL_OPS) and not stats.kernels
+
+
+@requires_onednn3
+def test_products_read_only_as_float32_write_float32(monkeypatch):
+    # qk feeds softmax (float32) through a division, av the float32 output: both write float32 (no bf16
+    # division, no cast); q feeds two bf16 products and stays bf16.
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    low, _ = graph.rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu")
+    nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
+    qk = next(n for n in nodes if n["name"] == "qk")
+    av = next(n for n in nodes if n["name"] == "av")
+    q = next(n for n in nodes if n["name"] == "q")
+    assert qk["attrs"]["out_dtype"] == av["attrs"]["out_dtype"] == "float32" and "out_dtype" not in q["attrs"]
+    assert "amp_cast" not in {nodes[h[0]]["op"] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]}
+    div = next(i for i, n in enumerate(nodes) if n["op"] == "_div_scalar")
+    softmax = next(n for n in nodes if n["op"] == "softmax")
+    assert softmax["inputs"][0][0] == div  # no cast between them any more
+
+
+@requires_onednn3
+def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    x = mx.sym.var("data")
+    h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=8, name="fc1"), act_type="relu", name="relu1")
+    sym = mx.sym.FullyConnected(h, num_hidden=4, name="fc2")
+    out = C.convert(sym, None, None, "bfloat16", fuse=False)
+    nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
+    assert "Activation" not in [n["op"] for n in nodes]
+    assert next(n for n in nodes if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
+    train, _ = graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs keep the ReLU
+    assert "Activation" in _ops(train)
+    rng = np.random.RandomState(3)
+    args = {"data": rng.uniform(-1, 1, (5, 6)), "fc1_weight": rng.uniform(-1, 1, (8, 6)),
+            "fc1_bias": rng.uniform(-1, 1, (8,)), "fc2_weight": rng.uniform(-1, 1, (4, 8)),
+            "fc2_bias": rng.uniform(-1, 1, (4,))}
+    got = out.symbol.eval(ctx=mx.cpu(), **{k: mx.nd.array(v) for k, v in args.items()})[0].asnumpy()
+    want = sym.eval(ctx=mx.cpu(), **{k: mx.nd.array(v) for k, v in args.items()})[0].asnumpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.03 * np.abs(want).max())
+
+
+@requires_onednn3
+def test_conversion_summary_names_the_library_kernels(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    out = C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False)
+    assert dict(out.summary.kernels) == {"amp_batch_dot": 2, "amp_fully_connected": 2}
+    assert out.summary.as_dict()["kernels"] == {"amp_batch_dot": 2, "amp_fully_connected": 2}
+    assert "on this project's oneDNN 3 kernels: amp_batch_dot 2, amp_fully_connected 2" in out.summary.format()
+    assert not C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False, kernels="mxnet").summary.kernels
+
+
+def test_lists_cli_shows_the_library_kernel():
+    out = subprocess.run([sys.executable, "-m", "mxnet.amp", "lists", "--op", "batch_dot", "--dtype", "bfloat16"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "library kernel on CPU: amp_batch_dot" in out
+    routed = make_policy("bfloat16").library_kernel("batch_dot", "cpu")  # the child sees this environment
+    assert (("used here: " + ONEDNN_INFO) if routed else "not used here: ") in out
+
+
+def _dense_net():
+    mx.random.seed(0)
+    net = nn.HybridSequential()
+    net.add(nn.Dense(16, flatten=False), nn.Dense(4, flatten=False, use_bias=False))
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+@requires_onednn3
+def test_amp_init_training_uses_the_library_kernels(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    x = mx.nd.array(_values(3, 5, 8))
+    ref_net = _dense_net()
+    with autograd.record():
+        ref = ref_net(x)
+    ref.backward()
+    ref_grads = [p.grad().asnumpy() for p in ref_net.collect_params().values()]
+    amp.init("bfloat16")
+    net = _dense_net()
+    net.hybridize()
+    with autograd.record():
+        y = net(x)
+    y.backward()
+    assert "amp_fully_connected" in _ops(net._cached_graph[1])
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.asnumpy(), ref.asnumpy(), rtol=0, atol=0.03 * np.abs(ref.asnumpy()).max())
+    for p, want in zip(net.collect_params().values(), ref_grads):
+        assert p.grad().dtype == np.float32
+        np.testing.assert_allclose(p.grad().asnumpy(), want, rtol=0, atol=0.03 * np.abs(want).max())
+
+
+@requires_onednn3
+def test_amp_init_imperative_calls_run_the_library_kernels(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    a, c = _values(2, 5, 7), _values(2, 7, 3)
+    amp.init("bfloat16")
+    y = mx.nd.batch_dot(mx.nd.array(a), mx.nd.array(c))
+    assert y.dtype == BFLOAT16  # MXNet's batch_dot has no bfloat16 kernel: this is amp_batch_dot
+    ref = bf16_round(a).astype(np.float64) @ bf16_round(c).astype(np.float64)
+    _check(_np(y), ref, np.abs(ref), 7, "bfloat16")
+    mx.npx.set_np()
+    z = mx.np.matmul(mx.np.array(a), mx.np.array(c[0]))
+    assert isinstance(z, mx.np.ndarray) and z.shape == (2, 5, 3)
+    _check(_np(z.as_nd_ndarray()), bf16_round(a).astype(np.float64) @ bf16_round(c[0]).astype(np.float64),
+           np.abs(ref), 7, "bfloat16")
+
+
+# ---- run time: loading, OpenMP, fallback ---------------------------------------------------------------------
+_CHILD = r"""
+import json, logging, os, sys
+import mxnet as mx
+from mxnet.amp import _ext, convert as C, graph
+from mxnet.amp.policy import make_policy
+x = mx.sym.var("data")
+sym = mx.sym.batch_dot(mx.sym.FullyConnected(x, num_hidden=4, flatten=False, name="fc"), x, transpose_b=True)
+ops = [n["op"] for n in json.loads(C.convert(sym, None, None, "bfloat16", fuse=False).symbol.tojson())["nodes"]]
+ops += [n["op"] for n in json.loads(graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")[0].tojson())["nodes"]]
+try:
+    mx.nd.amp_fully_connected(mx.nd.ones((2, 3)), mx.nd.ones((4, 3)), num_hidden=4, no_bias=True).wait_to_read()
+    error = None
+except mx.base.MXNetError as e:
+    error = str(e)
+fc = None
+if _ext.onednn()[0]:
+    x, w = (mx.nd.array(v) for v in json.loads(os.environ["AMP_TEST_FC"]))
+    fc = mx.nd.amp_fully_connected(x, w, num_hidden=w.shape[0], no_bias=True, out_dtype="float32").asnumpy().tolist()
+maps = [l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l or "libdnnl" in l]
+print(json.dumps({"onednn": _ext.onednn(), "ops": ops, "error": error, "libs": sorted(set(maps)), "fc": fc}))
+"""
+
+
+def _child(**env):
+    env = dict(os.environ, MXNET_AMP_EMULATE="0", **env)
+    env.pop("LD_LIBRARY_PATH", None)
+    env.setdefault("AMP_TEST_FC", "[[[1.0]], [[1.0]]]")
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_without_onednn3_the_ops_fall_back_to_mxnet_kernels():
+    result, stderr = _child(MXNET_AMP_ONEDNN="0")
+    assert result["onednn"] == [False, "disabled by MXNET_AMP_ONEDNN=0"]
+    assert "FullyConnected" in result["ops"] and "batch_dot" in result["ops"]
+    assert not set(result["ops"]) & set(_ext.MATMUL_OPS)
+    assert "oneDNN 3 kernels unavailable: disabled by MXNET_AMP_ONEDNN=0" in result["error"]
+    lines = [l for l in stderr.splitlines() if "matrix-product kernels are unavailable" in l]
+    assert len(lines) == 1 and "disabled by MXNET_AMP_ONEDNN=0" in lines[0]  # one clear line, once
+    assert not any("libdnnl" in lib for lib in result["libs"])
+
+
+@requires_onednn3
+def test_onednn3_loads_without_library_path_beside_one_openmp_runtime():
+    result, _ = _child()
+    assert result["onednn"][0] and result["error"] is None
+    assert "amp_fully_connected" in result["ops"]
+    # MXNet's and oneDNN 3's OpenMP are one runtime, the system's libgomp.so.1 (scikit-learn, imported by the
+    # tests' dependencies, may bring its own renamed copy for itself: libgomp-<hash>.so)
+    gomp = [lib for lib in result["libs"] if os.path.basename(lib).startswith("libgomp.so")]
+    dnnl = [lib for lib in result["libs"] if "libdnnl" in lib]
+    assert len(gomp) == 1, result["libs"]
+    assert len(dnnl) == 1 and dnnl[0].endswith(("libdnnl.so.3", "libdnnl.so.3.2")), dnnl
+
+
+@requires_onednn3
+def test_thread_count_setting_gives_the_same_products():
+    x, w = _values(16, 65), _values(9, 65)
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    for threads in ("1", "2"):
+        result, _ = _child(MXNET_AMP_ONEDNN_THREADS=threads, AMP_TEST_FC=json.dumps([x.tolist(), w.tolist()]))
+        _check(np.array(result["fc"]), ref, np.abs(x) @ np.abs(w.T), 65, "float32")
