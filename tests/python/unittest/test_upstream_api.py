@@ -344,6 +344,27 @@ def test_fused_nodes_honour_conditional_fp32_ops():
     assert _fused(built_in) and not any(n["op"] == "amp_cast" for n in _nodes(built_in))  # softrelu inside
 
 
+def test_ops_after_a_residual_sum_know_their_dtype():
+    # conv -> BN -> relu -> (+ shortcut conv) -> pool -> FC, only Convolution listed: FC follows the bfloat16
+    # sum and its weights must be declared bfloat16 for the symbol to bind (ResNet checkpoints, v1.x style).
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv1")
+    h = mx.sym.Activation(mx.sym.BatchNorm(h, name="bn1"), act_type="relu", name="relu1")
+    h = mx.sym.Convolution(h, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv2")
+    h = h + mx.sym.Convolution(data, num_filter=4, kernel=(1, 1), name="sc")
+    h = mx.sym.BatchNorm(h + mx.sym.Convolution(h, num_filter=4, kernel=(1, 1), name="conv3"), name="bn2")
+    h = mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="avg", name="pool")
+    out = mx.sym.FullyConnected(mx.sym.flatten(h), num_hidden=3, name="fc")
+    for offline in (False, True):
+        low = amp.convert_symbol(out, "bfloat16", target_dtype_ops=["Convolution"], input_names=["data"],
+                                 cast_params_offline=offline, emulate=False, fuse=False)
+        exe = low.simple_bind(mx.cpu(), data=(1, 3, 8, 8), grad_req="null")
+        dtypes = dict(zip(low.list_arguments(), (a.dtype for a in exe.arg_arrays)))
+        assert dtypes["fc_weight"] == dtypes["fc_bias"] == BF16
+        assert dtypes["conv1_weight"] == (BF16 if offline else np.float32)
+        assert not [n for n in _nodes(low) if n["op"] == "amp_multicast"]  # both summands arrive in bfloat16
+
+
 def test_offline_casting_follows_the_users_casts():
     data = mx.sym.var("data")
     w, b = mx.sym.var("w"), mx.sym.var("b")
