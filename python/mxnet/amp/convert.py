@@ -145,7 +145,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         the device runs the dtype natively but lacks the op's kernel, emulated on devices without any.
     input_names : list of str, optional
         Variables that are model inputs, never cast offline. Default: every variable without an array in
-        ``arg_params``/``aux_params``.
+        ``arg_params``/``aux_params``; without parameters, as ``mxnet.contrib.amp``, every variable without a
+        ``__dtype__`` attribute.
     extra_lp16_ops, extra_fp32_ops : list of str, optional
         Ops to run in the target dtype / float32 on top of the lists, as in :func:`mxnet.amp.init`.
     keep_lp16_outputs : bool
@@ -166,8 +167,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         ``sym`` is not a Symbol or a parameter is not an NDArray.
     ValueError
         Unknown dtype or op name, an op in two overrides, a widest-type cast in ``target_dtype_ops`` or
-        ``fp32_ops`` (as upstream), fusion asked for on a GPU or without oneDNN, or ``cast_params_offline``
-        with neither parameters nor ``input_names``.
+        ``fp32_ops`` (as upstream), or fusion asked for on a GPU or without oneDNN.
     """
     import mxnet as mx
     if not isinstance(sym, mx.sym.Symbol):
@@ -471,13 +471,20 @@ def _block_arrays(block):
 
 
 def _param_names(sym, params, input_names):
-    """Variables that hold parameters: all but ``input_names`` when given, else those with arrays."""
+    """Variables that hold parameters: all but ``input_names`` when given, else those with arrays, else (as
+    ``mxnet.contrib.amp``) those whose ``__dtype__`` attribute is set."""
     if input_names is not None:
         return set(sym.list_inputs()) - set(input_names)
     if params:
         return set(params)
-    raise ValueError("convert: cast_params_offline=True needs the parameters or input_names "
-                     "(which variables are model inputs) to know what to cast")
+    attrs = sym.attr_dict()
+    marked = {name for name in sym.list_inputs() if "__dtype__" in attrs.get(name, {})}
+    if not marked:
+        warnings.warn("convert: cast_params_offline=True without parameters or input_names treats the variables "
+                      "with a __dtype__ attribute as parameters (as mxnet.contrib.amp); this symbol has none, so "
+                      "nothing is cast offline. Pass input_names (the model inputs) to cast every other variable.",
+                      stacklevel=_stacklevel_outside_package())
+    return marked
 
 
 def _read_only_by(sym, names):

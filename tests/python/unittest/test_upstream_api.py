@@ -344,6 +344,17 @@ def test_fused_nodes_honour_conditional_fp32_ops():
     assert _fused(built_in) and not any(n["op"] == "amp_cast" for n in _nodes(built_in))  # softrelu inside
 
 
+def test_offline_casting_without_parameters_casts_the_variables_marked_with_a_dtype():
+    x, w = mx.sym.var("x"), mx.sym.var("w", dtype="float32")  # contrib's rule: __dtype__ set = a parameter
+    fc = mx.sym.FullyConnected(x, w, no_bias=True, num_hidden=4, name="fc")
+    low = amp.convert_symbol(fc, "bfloat16", cast_params_offline=True, emulate=False, fuse=False)
+    args, _, _ = low.infer_type(x="float32")
+    assert dict(zip(low.list_arguments(), args)) == {"x": np.float32, "w": BF16}
+    with pytest.warns(UserWarning, match="has none, so nothing is cast offline"):
+        unmarked = amp.convert_symbol(_cnn(), "bfloat16", cast_params_offline=True, emulate=False, fuse=False)
+    assert set(_casts_into(unmarked, "conv").values()) == {"bfloat16"}  # weights cast in the graph instead
+
+
 def test_ops_after_a_residual_sum_know_their_dtype():
     # conv -> BN -> relu -> (+ shortcut conv) -> pool -> FC, only Convolution listed: FC follows the bfloat16
     # sum and its weights must be declared bfloat16 for the symbol to bind (ResNet checkpoints, v1.x style).
