@@ -302,6 +302,11 @@ def test_replacing_lists_are_validated_as_upstream():
                    {"target_dtype_ops": ["FullyConnected"], "fp32_ops": ["FullyConnected"]}):
         with pytest.raises(ValueError, match="named in both"):
             amp.convert_symbol(res, "bfloat16", **kwargs)
+    for kwargs in ({"fp32_ops": ["elemwise_add"]}, {"target_dtype_ops": ["FullyConnected"],
+                                                    "fp32_ops": ["FullyConnected"]}):
+        with pytest.raises(AssertionError) as err:  # what code and tests written for contrib catch
+            amp.convert_symbol(res, "bfloat16", **kwargs)
+        assert isinstance(err.value, ValueError)
     low = amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], extra_fp32_ops=["_plus"],
                              emulate=False, fuse=False)
     add = next(n for n in _nodes(low) if n["op"] == "elemwise_add")  # `+` is _plus, an alias
