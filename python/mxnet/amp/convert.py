@@ -152,7 +152,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         the device runs the dtype natively but lacks the op's kernel, emulated on devices without any.
     input_names : list of str, optional
         Variables that are model inputs, never cast offline. Default: every variable without an array in
-        ``arg_params``/``aux_params``.
+        ``arg_params``/``aux_params``; without parameters, as ``mxnet.contrib.amp``, every variable without a
+        ``__dtype__`` attribute.
     extra_lp16_ops, extra_fp32_ops : list of str, optional
         Ops to run in the target dtype / float32 on top of the lists, as in :func:`mxnet.amp.init`.
     keep_lp16_outputs : bool
@@ -162,7 +163,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         Whose kernels run the matrix products. ``'auto'``: this project's oneDNN 3 kernels
         (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``) in place of FullyConnected, batch_dot
         and matmul where the device runs the target dtype natively and they are available
-        (:meth:`~mxnet.amp.policy.Policy.library_kernel`); ``'mxnet'``: MXNet's own.
+        (:meth:`~mxnet.amp.policy.Policy.library_kernel`); ``'mxnet'``: MXNet's own. Without parameters
+        (:func:`convert_symbol`) MXNet's: the library's ops need their weights' shapes to bind.
 
     Returns
     -------
@@ -178,8 +180,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         ``sym`` is not a Symbol or a parameter is not an NDArray.
     ValueError
         Unknown dtype or op name, an op in two overrides, a widest-type cast in ``target_dtype_ops`` or
-        ``fp32_ops`` (as upstream), fusion asked for on a GPU or without oneDNN, or ``cast_params_offline``
-        with neither parameters nor ``input_names``.
+        ``fp32_ops`` (as upstream), or fusion asked for on a GPU or without oneDNN.
     """
     import mxnet as mx
     if not isinstance(sym, mx.sym.Symbol):
@@ -188,6 +189,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     aux_params = _check_params(aux_params, "aux_params")
     device_type = _device_type(ctx)
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
+    if kernels == "auto" and not (arg_params or aux_params):  # the library's ops need their weights' shapes
+        kernels = "mxnet"  # to bind (lib_api infers none backwards): a symbol without parameters keeps MXNet's
     policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded_sym_names,
                          emulate, extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
                          where="target_dtype_ops", replace_widest=False, keep_lp16_outputs=keep_lp16_outputs,
@@ -489,13 +492,20 @@ def _block_arrays(block):
 
 
 def _param_names(sym, params, input_names):
-    """Variables that hold parameters: all but ``input_names`` when given, else those with arrays."""
+    """Variables that hold parameters: all but ``input_names`` when given, else those with arrays, else (as
+    ``mxnet.contrib.amp``) those whose ``__dtype__`` attribute is set."""
     if input_names is not None:
         return set(sym.list_inputs()) - set(input_names)
     if params:
         return set(params)
-    raise ValueError("convert: cast_params_offline=True needs the parameters or input_names "
-                     "(which variables are model inputs) to know what to cast")
+    attrs = sym.attr_dict()
+    marked = {name for name in sym.list_inputs() if "__dtype__" in attrs.get(name, {})}
+    if not marked:
+        warnings.warn("convert: cast_params_offline=True without parameters or input_names treats the variables "
+                      "with a __dtype__ attribute as parameters (as mxnet.contrib.amp); this symbol has none, so "
+                      "nothing is cast offline. Pass input_names (the model inputs) to cast every other variable.",
+                      stacklevel=_stacklevel_outside_package())
+    return marked
 
 
 def _read_only_by(sym, names):

@@ -225,22 +225,48 @@ def lp_input_dtypes(node, target):
 
 @functools.lru_cache(maxsize=4096)
 def _input_dtypes(key, count, target):
-    import mxnet as mx
     if not count:
         return ()
-    nodes = [{"op": "null", "name": "amp_in%d" % i, "inputs": []} for i in range(count)]
-    nodes[0]["attrs"] = {"__dtype__": TYPE_CODES[target]}
+    sym = _probe(key, [target] + [None] * (count - 1))
+    if sym is None:
+        return (None,) * count
+    args, _, aux = sym.infer_type_partial()
+    found = dict(zip(sym.list_arguments() + sym.list_auxiliary_states(), (args or []) + (aux or [])))
+    return tuple(dtype_name(found.get("amp_in%d" % i)) for i in range(count))
+
+
+def _probe(key, dtypes):
+    """A one-op symbol: op ``key`` (JSON of op, attrs, subgraphs) reading variables of ``dtypes`` (None: not
+    given); None when MXNet cannot load it or infer its types."""
+    import mxnet as mx
+    nodes = [{"op": "null", "name": "amp_in%d" % i, "inputs": []} for i in range(len(dtypes))]
+    for node, dtype in zip(nodes, dtypes):
+        if dtype is not None:
+            node["attrs"] = {"__dtype__": TYPE_CODES[dtype]}
     nodes.append(dict({k: v for k, v in json.loads(key).items() if v is not None}, name="amp_probe",
-                      inputs=[[i, 0, 0] for i in range(count)]))
-    probe = {"nodes": nodes, "arg_nodes": list(range(count)), "heads": [[count, 0, 0]],
+                      inputs=[[i, 0, 0] for i in range(len(dtypes))]))
+    probe = {"nodes": nodes, "arg_nodes": list(range(len(dtypes))), "heads": [[len(dtypes), 0, 0]],
              "attrs": json.loads(mx.sym.var("amp_in0").tojson())["attrs"]}  # this MXNet's version
     try:
         sym = mx.sym.load_json(json.dumps(probe))
-        args, _, aux = sym.infer_type_partial()
+        sym.infer_type_partial()
     except mx.base.MXNetError:
-        return (None,) * count
-    found = dict(zip(sym.list_arguments() + sym.list_auxiliary_states(), (args or []) + (aux or [])))
-    return tuple(dtype_name(found.get("amp_in%d" % i)) for i in range(count))
+        return None
+    return sym
+
+
+def output_dtypes(node, dtypes):
+    """Return the dtypes of the outputs of op ``node`` (None: not known) when its inputs are of ``dtypes``
+    (None: not known), by MXNet's type inference."""
+    key = json.dumps({k: node.get(k) for k in ("op", "attrs", "subgraphs")}, sort_keys=True)
+    return _output_dtypes(key, tuple(dtypes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _output_dtypes(key, dtypes):
+    sym = _probe(key, dtypes) if dtypes else None
+    outs = sym.infer_type_partial()[1] if sym is not None else None
+    return tuple(dtype_name(d) for d in (outs or ()))
 
 
 def num_outputs(graph):
@@ -323,8 +349,11 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         if lp and not emulate:
             out_dtypes = [target if d in _FLOAT_RANK or d is None else d for d in out_dtypes]
         elif [build.dtype.get(e) for e in inputs] != [old_dtypes.get(tuple(e[:2])) for e in node["inputs"]]:
-            # Different dtypes arrive than in the original graph: float outputs are no longer known.
-            out_dtypes = [None if d is None or d in _FLOAT_RANK else d for d in out_dtypes]
+            # Different dtypes arrive than in the original graph: MXNet's type inference on the op tells the
+            # outputs' (a dtype-neutral op after low precision ones is low precision too); else not known.
+            inferred = output_dtypes(new, [build.dtype.get(e) for e in inputs])
+            out_dtypes = [i if i is not None else None if d is None or d in _FLOAT_RANK else d
+                          for d, i in zip(out_dtypes, inferred + (None,) * len(out_dtypes))]
         new_id = build.add(new, counts[old_id], out_dtypes)
         for i in range(counts[old_id]):
             remap[(old_id, i)] = (new_id, i)

@@ -206,6 +206,12 @@ def _onednn_loaded():
     return ok
 
 
+class OverrideError(ValueError, AssertionError):
+    """Override lists that ``mxnet.contrib.amp`` rejects with an assertion (an op in two of them, a widest-type
+    cast in ``target_dtype_ops`` or ``fp32_ops``): a ``ValueError`` that is also an ``AssertionError``, so code
+    and tests written for contrib that expect one still catch it."""
+
+
 def _check_ops(ops, where):
     known = lists.registered_forward_ops()
     for op in ops:
@@ -285,18 +291,18 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
     for name, ops in list(given.items()) + [("conditional_fp32_ops", [c[0] for c in conditional or ()])]:
         for op in ops or ():
             if named.get(op, name) != name:
-                raise ValueError("Operator %r is named in both %s and %s; each op may be overridden once"
+                raise OverrideError("Operator %r is named in both %s and %s; each op may be overridden once"
                                  % (op, named[op], name))
             named[op] = name
     if not replace_widest:
         for name in (where, "fp32_ops"):
             widest = [op for op in given[name] or () if lists.category(op, dtype) == "widest"]
             if widest:
-                raise ValueError("%s names %s, which %s a widest-type cast (inputs cast to the widest type among "
-                                 "them); as in mxnet.contrib.amp, only low precision, float32, dtype-neutral and "
-                                 "conditional ops may be listed there. Use extra_fp32_ops / extra_lp16_ops to force "
-                                 "such an op" % (name, ", ".join(map(repr, widest)),
-                                                 "is" if len(widest) == 1 else "are"))
+                raise OverrideError("%s names %s, which %s a widest-type cast (inputs cast to the widest type "
+                                    "among them); as in mxnet.contrib.amp, only low precision, float32, dtype-neutral "
+                                    "and conditional ops may be listed there. Use extra_fp32_ops / extra_lp16_ops to "
+                                    "force such an op" % (name, ", ".join(map(repr, widest)),
+                                                          "is" if len(widest) == 1 else "are"))
     aliases = {name: group for group in lists.alias_groups() for name in group}
 
     def with_aliases(ops):

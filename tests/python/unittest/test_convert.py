@@ -468,8 +468,6 @@ def test_errors_name_the_problem():
         C.convert_symbol(sym, "float16", fuse=True)
     with pytest.raises(ValueError, match="gpu"):
         C.convert_symbol(sym, "bfloat16", ctx=mx.gpu(0), fuse=True)
-    with pytest.raises(ValueError, match="input_names"):
-        C.convert_symbol(sym, "bfloat16", cast_params_offline=True)
     with pytest.raises(TypeError, match="fc1_weight"):
         C.convert_model(sym, {"fc1_weight": np.zeros((16, 8))}, {}, "bfloat16")
     with pytest.raises(ValueError, match="Unknown operator"):

@@ -231,6 +231,14 @@ def _attention_symbol():
     return mx.sym.batch_dot(att, q, name="av")
 
 
+def _params(sym, **shapes):
+    """Random float32 parameters of ``sym`` for the input ``shapes`` (conversion routes to the library's
+    kernels only with parameters: their shapes let the graph bind)."""
+    rng = np.random.RandomState(0)
+    arg_shapes, _, _ = sym.infer_shape(**shapes)
+    return {k: mx.nd.array(rng.uniform(-1, 1, s)) for k, s in zip(sym.list_arguments(), arg_shapes) if k not in shapes}
+
+
 def _ops(sym):
     return [n["op"] for n in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]]
 
@@ -297,7 +305,7 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
     x = mx.sym.var("data")
     h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=8, name="fc1"), act_type="relu", name="relu1")
     sym = mx.sym.FullyConnected(h, num_hidden=4, name="fc2")
-    out = C.convert(sym, None, None, "bfloat16", fuse=False)
+    out = C.convert(sym, _params(sym, data=(5, 6)), None, "bfloat16", fuse=False)
     nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
     assert "Activation" not in [n["op"] for n in nodes]
     assert next(n for n in nodes if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
@@ -315,11 +323,14 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
 @requires_onednn3
 def test_conversion_summary_names_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
-    out = C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False)
+    params = _params(_attention_symbol(), data=(2, 3, 6))
+    out = C.convert(_attention_symbol(), params, None, "bfloat16", fuse=False)
     assert dict(out.summary.kernels) == {"amp_batch_dot": 2, "amp_fully_connected": 2}
     assert out.summary.as_dict()["kernels"] == {"amp_batch_dot": 2, "amp_fully_connected": 2}
     assert "on this project's oneDNN 3 kernels: amp_batch_dot 2, amp_fully_connected 2" in out.summary.format()
-    assert not C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False, kernels="mxnet").summary.kernels
+    assert not C.convert(_attention_symbol(), params, None, "bfloat16", fuse=False, kernels="mxnet").summary.kernels
+    # without parameters the library's ops could not bind from the data shape alone: MXNet's kernels
+    assert not C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False).summary.kernels
 
 
 def test_lists_cli_shows_the_library_kernel():

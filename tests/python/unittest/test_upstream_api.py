@@ -302,6 +302,11 @@ def test_replacing_lists_are_validated_as_upstream():
                    {"target_dtype_ops": ["FullyConnected"], "fp32_ops": ["FullyConnected"]}):
         with pytest.raises(ValueError, match="named in both"):
             amp.convert_symbol(res, "bfloat16", **kwargs, kernels="mxnet")
+    for kwargs in ({"fp32_ops": ["elemwise_add"]}, {"target_dtype_ops": ["FullyConnected"],
+                                                    "fp32_ops": ["FullyConnected"]}):
+        with pytest.raises(AssertionError) as err:  # what code and tests written for contrib catch
+            amp.convert_symbol(res, "bfloat16", **kwargs, kernels="mxnet")
+        assert isinstance(err.value, ValueError)
     low = amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], extra_fp32_ops=["_plus"],
                              emulate=False, fuse=False, kernels="mxnet")
     add = next(n for n in _nodes(low) if n["op"] == "elemwise_add")  # `+` is _plus, an alias
@@ -342,6 +347,38 @@ def test_fused_nodes_honour_conditional_fp32_ops():
     soft = mx.sym.Activation(mx.sym.FullyConnected(data, num_hidden=4, name="fc"), act_type="softrelu")
     built_in = amp.convert_symbol(soft, "bfloat16", emulate=False, fuse=True, kernels="mxnet")
     assert _fused(built_in) and not any(n["op"] == "amp_cast" for n in _nodes(built_in))  # softrelu inside
+
+
+def test_offline_casting_without_parameters_casts_the_variables_marked_with_a_dtype():
+    x, w = mx.sym.var("x"), mx.sym.var("w", dtype="float32")  # contrib's rule: __dtype__ set = a parameter
+    fc = mx.sym.FullyConnected(x, w, no_bias=True, num_hidden=4, name="fc")
+    low = amp.convert_symbol(fc, "bfloat16", cast_params_offline=True, emulate=False, fuse=False)
+    args, _, _ = low.infer_type(x="float32")
+    assert dict(zip(low.list_arguments(), args)) == {"x": np.float32, "w": BF16}
+    with pytest.warns(UserWarning, match="has none, so nothing is cast offline"):
+        unmarked = amp.convert_symbol(_cnn(), "bfloat16", cast_params_offline=True, emulate=False, fuse=False)
+    assert set(_casts_into(unmarked, "conv").values()) == {"bfloat16"}  # weights cast in the graph instead
+
+
+def test_ops_after_a_residual_sum_know_their_dtype():
+    # conv -> BN -> relu -> (+ shortcut conv) -> pool -> FC, only Convolution listed: FC follows the bfloat16
+    # sum and its weights must be declared bfloat16 for the symbol to bind (ResNet checkpoints, v1.x style).
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv1")
+    h = mx.sym.Activation(mx.sym.BatchNorm(h, name="bn1"), act_type="relu", name="relu1")
+    h = mx.sym.Convolution(h, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv2")
+    h = h + mx.sym.Convolution(data, num_filter=4, kernel=(1, 1), name="sc")
+    h = mx.sym.BatchNorm(h + mx.sym.Convolution(h, num_filter=4, kernel=(1, 1), name="conv3"), name="bn2")
+    h = mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="avg", name="pool")
+    out = mx.sym.FullyConnected(mx.sym.flatten(h), num_hidden=3, name="fc")
+    for offline in (False, True):
+        low = amp.convert_symbol(out, "bfloat16", target_dtype_ops=["Convolution"], input_names=["data"],
+                                 cast_params_offline=offline, emulate=False, fuse=False)
+        exe = low.simple_bind(mx.cpu(), data=(1, 3, 8, 8), grad_req="null")
+        dtypes = dict(zip(low.list_arguments(), (a.dtype for a in exe.arg_arrays)))
+        assert dtypes["fc_weight"] == dtypes["fc_bias"] == BF16
+        assert dtypes["conv1_weight"] == (BF16 if offline else np.float32)
+        assert not [n for n in _nodes(low) if n["op"] == "amp_multicast"]  # both summands arrive in bfloat16
 
 
 def test_offline_casting_follows_the_users_casts():
