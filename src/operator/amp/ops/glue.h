@@ -13,6 +13,13 @@
 #include "mxnet/lib_api.h"
 #include "../kernels/multi_tensor.h"
 
+// The lib_api names every op's glue uses (the ops' registrations run at namespace scope too).
+using mxnet::ext::MX_FAIL;
+using mxnet::ext::MX_SUCCESS;
+using mxnet::ext::MXReturnValue;
+using mxnet::ext::MXTensor;
+using mxnet::ext::OpResource;
+
 namespace mxnet_amp {
 
 using Attrs = std::unordered_map<std::string, std::string>;

@@ -23,12 +23,6 @@
 #include "onednn_loader.h"
 #include "../kernels/convert.h"
 
-using mxnet::ext::MX_FAIL;
-using mxnet::ext::MX_SUCCESS;
-using mxnet::ext::MXReturnValue;
-using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
-
 namespace mxnet_amp {
 namespace {
 

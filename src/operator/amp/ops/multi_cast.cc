@@ -13,12 +13,6 @@
 #include "../kernels/cuda_kernels.h"
 #endif
 
-using mxnet::ext::MX_FAIL;
-using mxnet::ext::MX_SUCCESS;
-using mxnet::ext::MXReturnValue;
-using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
-
 namespace mxnet_amp {
 namespace {
 

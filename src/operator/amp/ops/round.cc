@@ -11,12 +11,6 @@
 #include "glue.h"
 #include "../kernels/round.h"
 
-using mxnet::ext::MX_FAIL;
-using mxnet::ext::MX_SUCCESS;
-using mxnet::ext::MXReturnValue;
-using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
-
 namespace mxnet_amp {
 namespace {
 
