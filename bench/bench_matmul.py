@@ -16,9 +16,10 @@ import argparse
 import ctypes
 import os
 import sys
-import time
 
 import numpy as np
+
+from timing import best_of
 
 TOKENS, SEQ = 2048, 128  # batch 16 x 128 tokens
 
@@ -33,20 +34,6 @@ FC_SHAPES = (
 )
 #: (label, heads, head size): attention scores (T x d by d x T) and context (T x T by T x d) per head.
 ATTENTION_SHAPES = (("BERT", 12, 64), ("block", 8, 64))
-
-
-def best_of(variants, repeat, inner=3):
-    """Seconds per call of each variant (best of ``repeat`` rounds of ``inner`` calls), variants alternating."""
-    for func in variants.values():
-        func()
-    best = dict.fromkeys(variants, float("inf"))
-    for _ in range(repeat):
-        for name, func in variants.items():
-            start = time.perf_counter()
-            for _ in range(inner):
-                func()
-            best[name] = min(best[name], (time.perf_counter() - start) / inner)
-    return best
 
 
 class _Matmul(ctypes.Structure):

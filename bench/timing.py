@@ -35,3 +35,17 @@ def copy_seconds(total, repeat):
         dst.wait_to_read()
 
     return min(timed(mx_copy, repeat), timed(lambda: np.copyto(dst_np, src_np), repeat))
+
+
+def best_of(variants, repeat, inner=3):
+    """Seconds per call of each variant (best of ``repeat`` rounds of ``inner`` calls), variants alternating."""
+    for func in variants.values():
+        func()
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(repeat):
+        for name, func in variants.items():
+            start = time.perf_counter()
+            for _ in range(inner):
+                func()
+            best[name] = min(best[name], (time.perf_counter() - start) / inner)
+    return best

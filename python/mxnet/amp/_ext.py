@@ -21,12 +21,12 @@ import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "MATMUL_OPS", "LIBRARY_PATH", "cpu_isa", "onednn", "multi_cast", "widest_cast",
+__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "cpu_isa", "onednn", "multi_cast", "widest_cast",
            "unscale_and_check"]
 
-#: The library's oneDNN 3 matrix products (they need libmxnet_amp_onednn.so, see :func:`onednn`).
-MATMUL_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul")
-OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round") + MATMUL_OPS
+#: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
+ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution")
+OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round") + ONEDNN_OPS
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")
 _BF16 = np.dtype([("bfloat16", np.uint16)])
@@ -82,7 +82,7 @@ def cpu_isa():
 
 @functools.lru_cache(maxsize=None)
 def onednn():
-    """Whether the oneDNN 3 matrix products can run in this process, and what they are.
+    """Whether the oneDNN 3 matrix products and convolution can run in this process, and what they are.
 
     Returns
     -------

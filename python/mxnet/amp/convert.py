@@ -196,9 +196,9 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
                          where="target_dtype_ops", replace_widest=False, keep_lp16_outputs=keep_lp16_outputs,
                          kernels=kernels)
     if fuse:
-        sym = graph.route_library_kernels(sym, policy, device_type)  # before the fuser swallows them
         if arg_params or aux_params:
             sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, policy.excluded_sym_names)
+        sym = graph.route_library_kernels(sym, policy, device_type)  # before the fuser swallows them
         sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
         policy = _policy_for_fused_nodes(sym, policy)
     params = dict(arg_params, **aux_params)

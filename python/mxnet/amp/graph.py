@@ -9,6 +9,7 @@ applied several times, say) is cast once; a cast of a cast looks through to the 
 from collections import Counter
 from dataclasses import dataclass, field
 import functools
+import itertools
 import json
 
 import numpy as np
@@ -366,14 +367,20 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new
                  for new, old in zip(heads, graph["heads"])]
     out = assemble(graph, build.nodes, build.num_outputs, heads)
-    if inference:
-        out = _fuse_relu(out)
     out = _float32_library_outputs(out, policy, var_dtypes)
-    return _drop_noop_casts(out, var_dtypes, build.stats), build.stats
+    out = _drop_noop_casts(out, var_dtypes, build.stats)
+    if inference:
+        out = _fuse_relu(_fuse_sum(out, var_dtypes))
+    return out, build.stats
 
 
 #: This project's library kernels (:data:`mxnet.amp.lists.library_kernels` values).
-_LIBRARY_OPS = frozenset({"amp_fully_connected", "amp_batch_dot", "amp_matmul"})
+_LIBRARY_OPS = frozenset({"amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution"})
+#: Library kernels with a fused ReLU (``act_type="relu"``), and those with a fused residual sum (``with_sum``).
+_RELU_FUSING = frozenset({"amp_fully_connected", "amp_convolution"})
+_SUM_FUSING = frozenset({"amp_convolution"})
+#: Sums of two tensors of one shape (no broadcasting).
+_SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
 
 def _kernel_op(node, policy, device_type):
@@ -401,20 +408,56 @@ def route_library_kernels(sym, policy, device_type):
     return out.as_np_ndarray() if isinstance(sym, mx.sym.np._Symbol) else out
 
 
-def _fuse_relu(graph):
-    """Inference graphs: a ReLU that is the sole reader of an ``amp_fully_connected`` becomes its
-    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+def _entry_uses(graph):
     uses = Counter((src, idx) for node in graph["nodes"] for src, idx, _ in node["inputs"])
     uses.update((src, idx) for src, idx, _ in graph["heads"])
+    return uses
+
+
+def _fuse_sum(graph, var_dtypes):
+    """Inference graphs: a same-shape sum that is the sole reader of an ``amp_convolution`` output becomes the
+    convolution's ``with_sum`` input (oneDNN's sum post-op: a ResNet block's residual add costs no pass of
+    its own). The other operand must have the convolution's output dtype and be computed before it."""
+    if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
+        return graph
+    uses = _entry_uses(graph)
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] not in _SAME_SHAPE_SUMS or len(node["inputs"]) != 2:
+            continue
+        entries = [tuple(e[:2]) for e in node["inputs"]]
+        # The later operand's convolution fuses: the other is then computed before it (graph order).
+        for conv_entry, addend in sorted(itertools.permutations(entries), key=lambda p: -p[0][0]):
+            conv = fused.get(conv_entry[0], graph["nodes"][conv_entry[0]])
+            attrs = conv.get("attrs", {})
+            if (conv["op"] in _SUM_FUSING and "act_type" not in attrs and "with_sum" not in attrs
+                    and addend[0] < conv_entry[0] and uses[conv_entry] == 1 and conv_entry != addend
+                    and dtypes.get(conv_entry) is not None and dtypes.get(conv_entry) == dtypes.get(addend)):
+                alias[(nid, 0)] = conv_entry
+                fused[conv_entry[0]] = dict(conv, attrs=dict(attrs, with_sum="True"),
+                                            inputs=conv["inputs"] + [[addend[0], addend[1], 0]])
+                break
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+def _fuse_relu(graph):
+    """Inference graphs: a ReLU that is the sole reader of a library product's output becomes its
+    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+    uses = _entry_uses(graph)
     alias, fused = {}, {}
     for nid, node in enumerate(graph["nodes"]):
         if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
             continue
         src, idx, _ = node["inputs"][0]
-        fc = graph["nodes"][src]
-        if fc["op"] == "amp_fully_connected" and "act_type" not in fc.get("attrs", {}) and uses[(src, idx)] == 1:
+        product = graph["nodes"][src]
+        if (product["op"] in _RELU_FUSING and "act_type" not in product.get("attrs", {})
+                and uses[(src, idx)] == 1):
             alias[(nid, 0)] = (src, idx)
-            fused[src] = dict(fc, attrs=dict(fc.get("attrs", {}), act_type="relu"))
+            fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type="relu"))
     if not alias:
         return graph
     nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]

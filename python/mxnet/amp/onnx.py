@@ -232,37 +232,43 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
     return path
 
 
-#: This project's matrix products and the MXNet ops they replace (which MXNet's exporter converts).
-_MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_dot"}
+#: This project's oneDNN 3 ops and the MXNet ops they replace (which MXNet's exporter converts).
+_MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_dot",
+              "amp_convolution": "Convolution"}
 
 
 def _mxnet_kernels(gdict):
-    """``gdict`` with this project's matrix products as the MXNet ops they stand for. A float32 ``out_dtype``
+    """``gdict`` with this project's oneDNN 3 ops as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
-    float32: the same values, unrounded; a fused ``act_type`` an ``Activation`` after the op."""
+    float32: the same values, unrounded; a fused residual sum (``with_sum``) an ``elemwise_add`` after the op,
+    and a fused ``act_type`` an ``Activation`` after that."""
     counts = graph.num_outputs(gdict)
     nodes, new_counts, remap = [], [], {}
+
+    def add(node, inputs):
+        nodes.append(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]))
+        new_counts.append(1)
+        return len(nodes) - 1, 0
+
     for nid, node in enumerate(gdict["nodes"]):
         inputs = [remap[(src, idx)] for src, idx, _ in node["inputs"]]
-        act = None
-        if node["op"] in _MXNET_OPS:
-            attrs = dict(node.get("attrs", {}))
-            act = attrs.pop("act_type", None)
-            if attrs.pop("out_dtype", None) == "float32":
-                for k, entry in enumerate(inputs):
-                    nodes.append({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
-                                  "attrs": {"dtype": "float32"}, "inputs": [[entry[0], entry[1], 0]]})
-                    new_counts.append(1)
-                    inputs[k] = (len(nodes) - 1, 0)
-            node = dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs)
-        nodes.append(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]))
-        new_counts.append(counts[nid])
-        remap.update({(nid, i): (len(nodes) - 1, i) for i in range(counts[nid])})
-        if act is not None:  # a fused activation: MXNet's Activation after the op
-            nodes.append({"op": "Activation", "name": node["name"] + "_" + act, "attrs": {"act_type": act},
-                          "inputs": [[len(nodes) - 1, 0, 0]]})
-            new_counts.append(1)
-            remap[(nid, 0)] = (len(nodes) - 1, 0)
+        if node["op"] not in _MXNET_OPS:
+            nodes.append(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]))
+            new_counts.append(counts[nid])
+            remap.update({(nid, i): (len(nodes) - 1, i) for i in range(counts[nid])})
+            continue
+        attrs = dict(node.get("attrs", {}))
+        act = attrs.pop("act_type", None)
+        addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
+        if attrs.pop("out_dtype", None) == "float32":
+            inputs = [add({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
+                           "attrs": {"dtype": "float32"}}, [entry]) for k, entry in enumerate(inputs)]
+        out = add(dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs), inputs)
+        if addend is not None:
+            out = add({"op": "elemwise_add", "name": node["name"] + "_sum", "attrs": {}}, [out, addend])
+        if act is not None:
+            out = add({"op": "Activation", "name": node["name"] + "_" + act, "attrs": {"act_type": act}}, [out])
+        remap[(nid, 0)] = out
     return graph.assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
 
 

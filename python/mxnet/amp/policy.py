@@ -143,7 +143,7 @@ class Policy:
         if self.conditional_fp32_applies(op, attrs):
             return FP32
         category = lists.category(op, self.target_dtype)
-        if category in self._replaced:
+        if category in self._replaced and not lists.is_library_kernel(op):
             return FOLLOW
         return _CATEGORY_ACTION.get(category, NEUTRAL)
 

@@ -88,10 +88,12 @@ def test_precision_map_of_resnet18(saved, tmp_path):
     groups = report.stage_summary(nodes)
     prefix = sym.name.split("_")[0]
     assert [g for g, _ in groups] == ["data", prefix] + ["%s_stage%d" % (prefix, i) for i in range(1, 5)] + [prefix]
-    convs = [sum(c for (op, _), c in ops.items() if op == "Convolution") for _, ops in groups]
+    conv_ops = ("Convolution", "amp_convolution")  # amp_convolution: this project's kernel, where it is used
+    convs = [sum(c for (op, _), c in ops.items() if op in conv_ops) for _, ops in groups]
     assert convs == [0, 1, 4, 5, 5, 5, 0]  # stages 2-4 have a downsampling convolution
     lp = "low precision (emulated)" if policy.emulates("Convolution", "cpu") else "low precision"
-    assert all(role == lp for _, ops in groups for (op, role) in ops if op in ("Convolution", "FullyConnected"))
+    assert all(role == lp for _, ops in groups for (op, role) in ops
+               if op in conv_ops + ("FullyConnected", "amp_fully_connected"))
     assert {role for _, ops in groups for (op, role) in ops if op == "BatchNorm"} == {"dtype-neutral"}
     path = str(tmp_path / "precision_map.png")
     report.plot_precision_map(nodes, path, "resnet18_v1, bfloat16")

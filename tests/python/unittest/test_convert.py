@@ -162,7 +162,8 @@ def test_bf16_cnn_fused_by_default_and_close_to_fp32():
     x = np.random.RandomState(2).uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32)
     out = C.convert(sym, args, aux, "bfloat16", cast_params_offline=True)
     ops = {n["op"] for n in _nodes(out.symbol)}
-    assert out.summary.fused and "_sg_mkldnn_conv" in ops
+    # oneDNN-fused: MXNet's fused convolution, or this project's oneDNN 3 one where it runs
+    assert out.summary.fused and ("_sg_mkldnn_conv" in ops) != ("amp_convolution" in ops)
     ref = _forward(sym, args, aux, data=x)[0]
     y = _forward(out.symbol, out.arg_params, out.aux_params, data=x)[0]
     np.testing.assert_allclose(y, ref, atol=0.03 * np.abs(ref).max())

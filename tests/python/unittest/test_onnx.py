@@ -223,7 +223,7 @@ def test_export_errors_leave_no_file(tmp_path):
         amp_onnx.export_onnx(net, None, [x.shape], str(path), bf16_mode="int8")
     with pytest.raises(ValueError, match="2 inputs"):
         amp_onnx.export_onnx(net, None, [x.shape, x.shape], str(path))
-    fused = convert_hybrid_block(net, x, "bfloat16", fuse=True)
+    fused = convert_hybrid_block(net, x, "bfloat16", fuse=True, kernels="mxnet")  # MXNet's fused ops
     with pytest.raises(ValueError, match="fuse=False"):
         amp_onnx.export_onnx(fused, None, [x.shape], str(path))
     with pytest.raises(TypeError, match="Symbol or a HybridBlock"):

@@ -37,10 +37,11 @@ from types import MappingProxyType
 import numpy as np
 
 from . import rounding
+from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
+           "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
            "symbol_fp16", "symbol_bf16"]
@@ -135,6 +136,7 @@ class _Table:
 
 
 _TABLES = {}
+_LIBRARY_KERNEL_OPS = frozenset(PROJECT_MATMUL)
 
 
 def _table(dtype):
@@ -331,8 +333,9 @@ def _for_device(per_device, device_type):
 def library_kernels(dtype, device_type):
     """Return ``{MXNet op: op of this project's library}``: the kernels that replace MXNet's for ``dtype``.
 
-    The library's oneDNN 3 matrix products (``amp_fully_connected``, ``amp_batch_dot``, ``amp_matmul``)
-    run bfloat16 on CPUs faster than MXNet 1.9.1's kernels, or where it has none. Which ones a graph gets
+    The library's oneDNN 3 matrix products and convolution (``amp_fully_connected``, ``amp_batch_dot``,
+    ``amp_matmul``, ``amp_convolution``) run bfloat16 on CPUs faster than MXNet 1.9.1's kernels, or where it
+    has none. Which ones a graph gets
     depends on the policy and the machine: :meth:`mxnet.amp.policy.Policy.library_kernel`.
 
     Raises
@@ -341,6 +344,12 @@ def library_kernels(dtype, device_type):
         For an unknown dtype or device type.
     """
     return _for_device(_table(dtype).library_kernels, device_type)
+
+
+def is_library_kernel(op):
+    """Whether ``op`` is one of this project's library kernels: it stands in for an MXNet op that a policy
+    already made low precision, so user lists naming MXNet's ops leave it low precision."""
+    return op in _LIBRARY_KERNEL_OPS
 
 
 def natively_fed_ops(dtype, device_type):

@@ -57,8 +57,8 @@ NATIVE_LP16 = {"cpu": g.MATMUL + g.ONEDNN_FUSED + g.PROJECT_MATMUL, "gpu": ()}
 # MXNet op -> the oneDNN 3 kernel of this project's library (libmxnet_amp) that replaces it, per device
 # type. The rewriter uses them where the device runs bfloat16 natively and the library's oneDNN 3 is loaded
 # (policy kernels="auto"; kernels="mxnet" keeps MXNet's): oneDNN 3 uses AMX and AVX512-BF16, MXNet 1.9.1's
-# oneDNN 2.4 bf16 FullyConnected runs slower than its float32 one on AMX Xeons, and MXNet has no bf16
-# batch_dot or matmul at all (bench/bench_matmul.py).
+# oneDNN 2.4 bf16 FullyConnected and Convolution run slower than their float32 ones on AMX Xeons, and MXNet
+# has no bf16 batch_dot or matmul at all (bench/bench_matmul.py, bench/bench_conv.py).
 LIBRARY_KERNELS = {
     "cpu": {
         "FullyConnected": "amp_fully_connected",
@@ -66,6 +66,8 @@ LIBRARY_KERNELS = {
         "batch_dot": "amp_batch_dot",
         "_npx_batch_dot": "amp_batch_dot",
         "_npi_matmul": "amp_matmul",
+        "Convolution": "amp_convolution",
+        "_npx_convolution": "amp_convolution",
     },
     "gpu": {},
 }
@@ -77,8 +79,8 @@ FP32_PARAM_OPS = g.BATCH_NORM
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
     (g.PROJECT_MATMUL,
-     "this project's oneDNN 3 matrix product (libmxnet_amp): bfloat16 operands, float32 accumulation, "
-     "AMX / AVX512-BF16 kernels; the rewriter puts it in place of MXNet's op (LIBRARY_KERNELS) where the "
+     "this project's oneDNN 3 matrix product or convolution (libmxnet_amp): bfloat16 operands, float32 "
+     "accumulation, AMX / AVX512-BF16 kernels; the rewriter puts it in place of MXNet's op (LIBRARY_KERNELS) where the "
      "CPU runs bfloat16 natively"),
     (g.ONEDNN_FUSED,
      "oneDNN fused CPU op (subgraph backend): bf16 primitives on AVX-512; there is no fp16 "

@@ -445,8 +445,8 @@ PROJECT_OPS = (
     "amp_multi_cast", "amp_multi_unscale_check", "amp_multi_widest_cast", "amp_round",
 )
 
-# This project's oneDNN 3 matrix products (libmxnet_amp): float32 or bfloat16 operands.
-PROJECT_MATMUL = ("amp_batch_dot", "amp_fully_connected", "amp_matmul")
+# This project's oneDNN 3 matrix products and convolution (libmxnet_amp): float32 or bfloat16 operands.
+PROJECT_MATMUL = ("amp_batch_dot", "amp_convolution", "amp_fully_connected", "amp_matmul")
 
 # -------------------- domain-specific -------------------------------------------------------------
 

@@ -8,20 +8,17 @@
  * those of the MXNet op each one replaces, so the graph rewriter only renames the node; amp_fully_connected
  * also takes act_type="relu" (a ReLU fused into the product: oneDNN post-op; the gradient masks dy).
  *
- * Every product, gradients included, is one call of a strided matmul (onednn/matmul_api.h): a transposed
+ * Every product, gradients included, is one call of a strided matmul (onednn/api.h): a transposed
  * operand is a view with swapped strides, never a copy. An output stored transposed is computed as
  * C^T = B^T A^T. Gradients of operands broadcast over batch dimensions are summed in float32.
  * Backward: inputs [dy, inputs..., y], outputs [gradient of each input], in the inputs' dtypes.
  */
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "glue.h"
+#include "onednn_glue.h"
 #include "onednn_loader.h"
-#include "../kernels/convert.h"
 
 namespace mxnet_amp {
 namespace {
@@ -32,39 +29,6 @@ constexpr char kMatmul[] = "amp_matmul";
 constexpr int kMaxDims = AMP_MATMUL_MAX_DIMS;
 
 // ---- attributes -----------------------------------------------------------------------------------
-
-bool parse_int(const char* op, const Attrs& attrs, const char* key, long* value) {
-  const auto it = attrs.find(key);
-  if (it == attrs.end()) {
-    MX_ERROR_MSG << op << ": missing attribute " << key;
-    return false;
-  }
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(it->second.c_str(), &end, 10);
-  if (errno != 0 || end == it->second.c_str() || *end != '\0' || v < 1) {
-    MX_ERROR_MSG << op << ": attribute " << key << " must be an integer >= 1 (got '" << it->second << "')";
-    return false;
-  }
-  *value = v;
-  return true;
-}
-
-// out_dtype: float32 or bfloat16; absent: the operands' dtype (*dtype = -1).
-bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype) {
-  const auto it = attrs.find("out_dtype");
-  *dtype = -1;
-  if (it == attrs.end() || it->second == "None") return true;
-  if (it->second == "float32") {
-    *dtype = kFloat32;
-  } else if (it->second == "bfloat16") {
-    *dtype = kBfloat16;
-  } else {
-    MX_ERROR_MSG << op << ": attribute out_dtype must be float32 or bfloat16 (got '" << it->second << "')";
-    return false;
-  }
-  return true;
-}
 
 struct FCParams {
   long num_hidden = 0;
@@ -79,7 +43,7 @@ bool parse_fc(const Attrs& attrs, FCParams* p) {
     return false;
   }
   p->relu = act != attrs.end();
-  return parse_int(kFC, attrs, "num_hidden", &p->num_hidden) &&
+  return parse_int(kFC, attrs, "num_hidden", 1, &p->num_hidden) &&
          parse_bool(kFC, attrs, "no_bias", false, &p->no_bias) &&
          parse_bool(kFC, attrs, "flatten", true, &p->flatten) && parse_out_dtype(kFC, attrs, &p->out_dtype);
 }
@@ -94,23 +58,6 @@ bool parse_dot(const char* op, const Attrs& attrs, DotParams* p) {
   return parse_bool(op, attrs, "transpose_a", false, &p->transpose_a) &&
          parse_bool(op, attrs, "transpose_b", false, &p->transpose_b) &&
          parse_out_dtype(op, attrs, &p->out_dtype);
-}
-
-// Operands: float32 or bfloat16, all the same (unknown ones take the first known dtype).
-MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int>* in, std::vector<int>* out) {
-  int dtype = -1;
-  for (int t : *in) dtype = dtype == -1 ? t : dtype;
-  if (dtype == -1) dtype = kFloat32;
-  for (size_t i = 0; i < in->size(); ++i) {
-    if ((*in)[i] == -1) (*in)[i] = dtype;
-    if ((*in)[i] != dtype || (dtype != kFloat32 && dtype != kBfloat16)) {
-      MX_ERROR_MSG << op << ": input " << i << " has dtype " << dtype_name((*in)[i]) << "; all inputs must "
-                   << "be float32, or all bfloat16 (input 0: " << dtype_name((*in)[0]) << ")";
-      return MX_FAIL;
-    }
-  }
-  (*out)[0] = out_dtype == -1 ? dtype : out_dtype;
-  return MX_SUCCESS;
 }
 
 // ---- strided views and the one product call ------------------------------------------------------
@@ -194,41 +141,6 @@ bool gemm(const char* op, const View& a, const View& b, const View& c, const voi
     return false;
   }
   return true;
-}
-
-float load(const void* p, int dtype, int64_t i) {
-  return dtype == kBfloat16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
-                            : static_cast<const float*>(p)[i];
-}
-
-void store(void* p, int dtype, int64_t i, float v) {
-  if (dtype == kBfloat16) {
-    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
-  } else {
-    static_cast<float*>(p)[i] = v;
-  }
-}
-
-void zero(MXTensor* t) {
-  for (int64_t i = 0; i < t->size(); ++i) store(t->data_ptr, static_cast<int>(t->dtype), i, 0.f);
-}
-
-// Buffers of one op call (OpResource::alloc_cpu hands out one temporary space, reused by a second call).
-using Scratch = std::vector<std::vector<float>>;
-
-void* scratch(Scratch* keep, int64_t floats) {
-  keep->emplace_back(static_cast<size_t>(floats));
-  return keep->back().data();
-}
-
-// The tensor t in dtype (a scratch copy when t has another dtype).
-void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
-  if (static_cast<int>(t.dtype) == dtype) return t.data_ptr;
-  const int64_t n = t.size();
-  void* out = scratch(keep, n);
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) store(out, dtype, i, load(t.data_ptr, static_cast<int>(t.dtype), i));
-  return out;
 }
 
 // ---- amp_fully_connected ----------------------------------------------------------------------------
@@ -334,20 +246,11 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   }
   const MXTensor& dy_t = (*inputs)[0];
   Scratch keep;
-  void* g = in_dtype(dy_t, dt, &keep);
-  const void* g_sum = dy_t.data_ptr;  // what the bias gradient sums
-  int g_sum_dtype = static_cast<int>(dy_t.dtype);
-  if (p.relu) {  // dy where the output is positive, else 0
-    const MXTensor& y = (*inputs)[p.no_bias ? 3 : 4];
-    if (g == dy_t.data_ptr) g = scratch(&keep, m * n);
-#pragma omp parallel for
-    for (int64_t i = 0; i < m * n; ++i) {
-      const bool on = load(y.data_ptr, static_cast<int>(y.dtype), i) > 0.f;
-      store(g, dt, i, on ? load(dy_t.data_ptr, static_cast<int>(dy_t.dtype), i) : 0.f);
-    }
-    g_sum = g;
-    g_sum_dtype = dt;
-  }
+  // dy, where a fused ReLU's output is positive (else 0), in the operands' dtype
+  void* g = p.relu ? relu_masked(dy_t, (*inputs)[p.no_bias ? 3 : 4], dt, &keep) : in_dtype(dy_t, dt, &keep);
+  // what the bias gradient sums: dy as given, unless masked
+  const void* g_sum = p.relu ? g : dy_t.data_ptr;
+  const int g_sum_dtype = p.relu ? dt : static_cast<int>(dy_t.dtype);
   const View dy = contiguous(g, dt, {m, n});
   if (k > 0) {
     const View xv = contiguous(x.data_ptr, dt, {m, k});

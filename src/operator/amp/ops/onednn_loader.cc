@@ -15,6 +15,7 @@ namespace {
 
 struct Backend {
   AmpMatmulFn matmul = nullptr;
+  AmpConvFn conv = nullptr;
   std::string info;
 };
 
@@ -44,9 +45,11 @@ Backend open_backend() {
   }
   auto info = reinterpret_cast<AmpOnednnInfoFn>(dlsym(handle, AMP_ONEDNN_INFO_SYMBOL));
   b.matmul = reinterpret_cast<AmpMatmulFn>(dlsym(handle, AMP_MATMUL_SYMBOL));
-  if (info == nullptr || b.matmul == nullptr) {
+  b.conv = reinterpret_cast<AmpConvFn>(dlsym(handle, AMP_CONV_SYMBOL));
+  if (info == nullptr || b.matmul == nullptr || b.conv == nullptr) {
     b.matmul = nullptr;
-    b.info = path + " lacks the symbols " AMP_MATMUL_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL;
+    b.conv = nullptr;
+    b.info = path + " lacks the symbols " AMP_MATMUL_SYMBOL " / " AMP_CONV_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL;
     return b;
   }
   b.info = info();
@@ -61,6 +64,8 @@ const Backend& backend() {
 }  // namespace
 
 AmpMatmulFn onednn_matmul() { return backend().matmul; }
+
+AmpConvFn onednn_conv() { return backend().conv; }
 
 const char* onednn_info() { return backend().info.c_str(); }
 

@@ -1,6 +1,7 @@
 /*!
  * \file onednn_loader.h
- * \brief Opens libmxnet_amp_onednn.so (the oneDNN 3 matrix products) next to libmxnet_amp.so, once.
+ * \brief Opens libmxnet_amp_onednn.so (the oneDNN 3 matrix products and convolutions) next to
+ *        libmxnet_amp.so, once.
  *
  * Loaded on first use, not at library load: without oneDNN 3 (not installed, or MXNET_AMP_ONEDNN=0 in
  * the environment) libmxnet_amp.so still loads and its other ops work; the matrix-product ops then fail
@@ -9,12 +10,15 @@
 #ifndef MXNET_AMP_OPS_ONEDNN_LOADER_H_
 #define MXNET_AMP_OPS_ONEDNN_LOADER_H_
 
-#include "../onednn/matmul_api.h"
+#include "../onednn/api.h"
 
 namespace mxnet_amp {
 
 /*! \brief The matmul entry point, or nullptr when oneDNN 3 is unavailable (onednn_info says why). */
 AmpMatmulFn onednn_matmul();
+
+/*! \brief The convolution entry point, or nullptr when oneDNN 3 is unavailable (onednn_info says why). */
+AmpConvFn onednn_conv();
 
 /*! \brief "oneDNN 3.2.0, cpu isa ..." when available, else why not. */
 const char* onednn_info();

@@ -1,0 +1,96 @@
+/*!
+ * \file api.h
+ * \brief C interface between libmxnet_amp.so and libmxnet_amp_onednn.so (the oneDNN 3 matrix products and
+ *        convolutions).
+ *
+ * libmxnet_amp.so opens libmxnet_amp_onednn.so with dlopen when one of its ops first runs, so that the
+ * extension library loads, and its other ops work, where oneDNN 3 is not installed. Plain C types only: the
+ * two libraries share nothing else.
+ */
+#ifndef MXNET_AMP_ONEDNN_API_H_
+#define MXNET_AMP_ONEDNN_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief Most dimensions of an operand: batch dimensions (broadcast like NumPy) plus rows and columns. */
+#define AMP_MATMUL_MAX_DIMS 6
+
+/*!
+ * \brief One product C = A B (+ bias) of plain strided tensors, computed with float32 accumulation.
+ *
+ * Operands have ndims dimensions: batch dimensions, then rows and columns (A: M x K, B: K x N, C: M x N).
+ * A batch dimension of A or B may be 1 where C's is larger (broadcast). Strides are in elements, any
+ * order (a transposed operand is a view with swapped strides). dtypes are MXNet type codes: 0 float32,
+ * 12 bfloat16. bias (N values, contiguous) is added to every row when bias_dtype >= 0; relu != 0 applies
+ * max(0, .) to the result (a fused activation).
+ */
+typedef struct AmpMatmul {
+  int ndims;
+  int a_dtype, b_dtype, c_dtype, bias_dtype, relu;
+  int64_t a_dims[AMP_MATMUL_MAX_DIMS], a_strides[AMP_MATMUL_MAX_DIMS];
+  int64_t b_dims[AMP_MATMUL_MAX_DIMS], b_strides[AMP_MATMUL_MAX_DIMS];
+  int64_t c_dims[AMP_MATMUL_MAX_DIMS], c_strides[AMP_MATMUL_MAX_DIMS];
+  const void* a;
+  const void* b;
+  const void* bias;
+  void* c;
+} AmpMatmul;
+
+/*! \brief Runs m; returns 0, or -1 with a message in error (error_len bytes, NUL-terminated). */
+typedef int (*AmpMatmulFn)(const AmpMatmul* m, char* error, int error_len);
+
+/*! \brief Most spatial dimensions of a convolution (1-D, 2-D and 3-D). */
+#define AMP_CONV_MAX_SPATIAL 3
+
+/*! \brief Which computation of a convolution AmpConv asks for. */
+enum AmpConvPass {
+  AMP_CONV_FORWARD = 0,          /*!< out = relu?(conv(data, weight) + bias + addend?) */
+  AMP_CONV_BACKWARD_DATA = 1,    /*!< out = gradient of data, from diff_dst and weight */
+  AMP_CONV_BACKWARD_WEIGHTS = 2  /*!< out = gradient of weight (and diff_bias), from diff_dst and data */
+};
+
+/*!
+ * \brief One convolution pass over plain (row-major NC[D][H]W, weights O I/groups [KD][KH]W) tensors.
+ *
+ * Geometry is MXNet's Convolution: symmetric padding `pad`, dilation `dilate` (1: none), output size
+ * floor((in + 2 pad - dilate (kernel - 1) - 1) / stride) + 1. Tensors of one pass share `dtype` (MXNet type
+ * code: 0 float32, 12 bfloat16) except `out`, which has `out_dtype`, and the bias / diff_bias, which have
+ * `bias_dtype` (-1: no bias). Forward only: `relu` != 0 applies max(0, .) last, `addend` (dtype `out_dtype`,
+ * the output's shape) is added before it when not NULL (a fused residual sum). Products accumulate in float32.
+ */
+typedef struct AmpConv {
+  int pass;     /*!< an AmpConvPass */
+  int spatial;  /*!< 1..AMP_CONV_MAX_SPATIAL */
+  int64_t batch, in_channels, out_channels, groups;
+  int64_t in_size[AMP_CONV_MAX_SPATIAL], out_size[AMP_CONV_MAX_SPATIAL], kernel[AMP_CONV_MAX_SPATIAL];
+  int64_t stride[AMP_CONV_MAX_SPATIAL], dilate[AMP_CONV_MAX_SPATIAL], pad[AMP_CONV_MAX_SPATIAL];
+  int dtype, out_dtype, bias_dtype, relu;
+  const void* data;      /*!< forward, backward weights */
+  const void* weight;    /*!< forward, backward data */
+  const void* bias;      /*!< forward (when bias_dtype >= 0) */
+  const void* addend;    /*!< forward: NULL or the residual to add */
+  const void* diff_dst;  /*!< backward passes */
+  void* out;             /*!< the pass's result */
+  void* diff_bias;       /*!< backward weights (when bias_dtype >= 0) */
+} AmpConv;
+
+/*! \brief Runs c; returns 0, or -1 with a message in error (error_len bytes, NUL-terminated). */
+typedef int (*AmpConvFn)(const AmpConv* c, char* error, int error_len);
+
+/*! \brief "oneDNN 3.2.0, cpu isa avx512_core_amx" (a static string). */
+typedef const char* (*AmpOnednnInfoFn)(void);
+
+#define AMP_ONEDNN_LIBRARY "libmxnet_amp_onednn.so"
+#define AMP_MATMUL_SYMBOL "mxnet_amp_onednn_matmul"
+#define AMP_CONV_SYMBOL "mxnet_amp_onednn_conv"
+#define AMP_ONEDNN_INFO_SYMBOL "mxnet_amp_onednn_info"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // MXNET_AMP_ONEDNN_API_H_

@@ -1,0 +1,136 @@
+/*!
+ * \file common.h
+ * \brief What the oneDNN 3 kernels of libmxnet_amp_onednn.so share: the engine, dtypes, the OpenMP team
+ *        size, a primitive cache and the C entry points' error reporting.
+ *
+ * Threads: oneDNN sizes its parallel regions by omp_get_max_threads() of the calling thread, which is 1 in
+ * MXNet's engine threads unless OMP_NUM_THREADS is set (MXNet's own kernels ask for their team explicitly).
+ * Each call runs (and its primitive is created) with the team MXNet's kernels use, restored afterwards:
+ * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else every core. MXNet's CPU engine runs one op
+ * at a time by default (MXNET_CPU_WORKER_NTHREADS=1), so that team has the cores to itself.
+ *
+ * Primitives are cached per problem (the call's description without its data pointers): a model runs the
+ * same few shapes over and over, and creating a primitive costs far more than running a small one. Scratch
+ * memory is the caller's (growing buffers per thread), so one primitive may run on several MXNet worker
+ * threads at once.
+ */
+#ifndef MXNET_AMP_ONEDNN_COMMON_H_
+#define MXNET_AMP_ONEDNN_COMMON_H_
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace mxnet_amp_onednn {
+
+constexpr int kFloat32 = 0;
+constexpr int kBfloat16 = 12;
+
+inline dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+/*! \brief oneDNN's type for an MXNet type code; throws std::invalid_argument for other dtypes. */
+inline dnnl::memory::data_type to_data_type(int dtype) {
+  if (dtype == kFloat32) return dnnl::memory::data_type::f32;
+  if (dtype == kBfloat16) return dnnl::memory::data_type::bf16;
+  throw std::invalid_argument("dtype " + std::to_string(dtype) + ": operands must be float32 (0) or "
+                              "bfloat16 (12)");
+}
+
+/*! \brief A row-major (plain, contiguous) memory descriptor. */
+inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memory::data_type type) {
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  return dnnl::memory::desc(dims, type, strides);
+}
+
+// A positive integer from the environment, or 0.
+inline int env_threads(const char* name) {
+  const char* env = std::getenv(name);
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n > 0 ? n : 0;
+}
+
+/*! \brief The OpenMP team of one call: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else every core. */
+inline int team_threads() {
+  static const int threads = [] {
+    const int own = env_threads("MXNET_AMP_ONEDNN_THREADS");
+    const int omp = env_threads("OMP_NUM_THREADS");
+    return own > 0 ? own : omp > 0 ? omp : omp_get_num_procs();
+  }();
+  return threads;
+}
+
+/*! \brief Sets this thread's OpenMP team size for one call; restores it on scope exit. */
+class TeamSize {
+ public:
+  explicit TeamSize(int threads) : saved_(omp_get_max_threads()), set_(threads != saved_) {
+    if (set_) omp_set_num_threads(threads);
+  }
+  ~TeamSize() {
+    if (set_) omp_set_num_threads(saved_);
+  }
+  TeamSize(const TeamSize&) = delete;
+  TeamSize& operator=(const TeamSize&) = delete;
+
+ private:
+  int saved_;
+  bool set_;
+};
+
+/*! \brief Entries built once per key (outside the lock: creating a primitive can take milliseconds). */
+template <typename Entry>
+std::shared_ptr<const Entry> cached(const std::string& key, const std::function<std::shared_ptr<Entry>()>& make) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<const Entry>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<const Entry> entry = make();
+  std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(entry)).first->second;
+}
+
+/*! \brief The bytes of a vector of integers: a cache key. */
+inline std::string key_of(const std::vector<int64_t>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
+/*! \brief This thread's scratch buffer number slot, at least bytes long (kept for the next call). */
+inline void* thread_buffer(int slot, size_t bytes) {
+  thread_local std::vector<std::vector<char>> buffers;
+  if (buffers.size() <= static_cast<size_t>(slot)) buffers.resize(slot + 1);
+  if (buffers[slot].size() < bytes) buffers[slot].resize(bytes);
+  return buffers[slot].data();
+}
+
+/*! \brief Runs body for a C entry point: 0, or -1 with the exception's message in error. */
+inline int guarded(const std::function<void()>& body, char* error, int error_len) {
+  try {
+    body();
+    return 0;
+  } catch (const dnnl::error& e) {
+    std::snprintf(error, error_len, "oneDNN: %s (status %d)", e.what(), static_cast<int>(e.status));
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_len, "%s", e.what());
+  }
+  return -1;
+}
+
+}  // namespace mxnet_amp_onednn
+
+#endif  // MXNET_AMP_ONEDNN_COMMON_H_

@@ -1,0 +1,52 @@
+/*!
+ * \file onednn_glue.h
+ * \brief What the lib_api glue of the oneDNN 3 ops (matmul_ops.cc, conv_ops.cc) shares: their common
+ *        attributes (out_dtype, positive integers), operand dtype inference, element access across float32
+ *        and bfloat16, per-call scratch copies and the ReLU-masked gradient.
+ */
+#ifndef MXNET_AMP_OPS_ONEDNN_GLUE_H_
+#define MXNET_AMP_OPS_ONEDNN_GLUE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "glue.h"
+
+namespace mxnet_amp {
+
+/*! \brief Reads the integer attribute key (>= minimum); on failure reports an error naming op. */
+bool parse_int(const char* op, const Attrs& attrs, const char* key, long minimum, long* value);
+
+/*! \brief out_dtype: float32 or bfloat16; absent or None: the operands' dtype (*dtype = -1). */
+bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype);
+
+/*!
+ * \brief Operands: float32 or bfloat16, all the same (unknown ones take the first known dtype); every
+ *        output gets out_dtype, or the operands' dtype when out_dtype is -1.
+ */
+MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int>* in, std::vector<int>* out);
+
+/*! \brief Element i of a float32 or bfloat16 array, as float. */
+float load(const void* p, int dtype, int64_t i);
+
+/*! \brief Stores v (rounded to nearest even for bfloat16) as element i. */
+void store(void* p, int dtype, int64_t i, float v);
+
+/*! \brief Sets every element of t to 0. */
+void zero(MXTensor* t);
+
+/*! \brief Buffers of one op call (OpResource::alloc_cpu hands out one temporary space, reused by a second call). */
+using Scratch = std::vector<std::vector<float>>;
+
+/*! \brief A new buffer of at least floats float32 values (or twice as many bfloat16), kept in keep. */
+void* scratch(Scratch* keep, int64_t floats);
+
+/*! \brief The tensor t in dtype (a scratch copy when t has another dtype). */
+void* in_dtype(const MXTensor& t, int dtype, Scratch* keep);
+
+/*! \brief dy where y > 0, else 0, in dtype (a scratch copy): the gradient through a fused ReLU. */
+void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep);
+
+}  // namespace mxnet_amp
+
+#endif  // MXNET_AMP_OPS_ONEDNN_GLUE_H_

@@ -1,0 +1,304 @@
+"""The library's oneDNN 3 convolution (amp_convolution) and its routing and fusion in converted graphs.
+
+Kernel tests run wherever oneDNN 3 loads (its reference kernels compute bfloat16 on CPUs without AVX-512 too):
+a NumPy reference in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length
+(float32 accumulation of C/groups * kernel-volume terms, plus the rounding of a bfloat16 output); gradients
+against central differences (float32 operands: the convolution is linear in each input) and against MXNet's
+float32 Convolution. Routing and fusion tests check graph structure and values of converted blocks.
+"""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import amp, autograd
+from mxnet.gluon import nn
+from mxnet.amp import _ext, convert as C, graph
+from mxnet.amp.policy import BFLOAT16, make_policy
+
+from amp_testing import bf16_round
+
+ONEDNN, ONEDNN_INFO = _ext.onednn()
+requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
+
+RNG = np.random.RandomState(0)
+
+
+def _values(*shape):
+    return RNG.uniform(-1, 1, shape).astype(np.float32)
+
+
+def _bf16(values):
+    return mx.nd.amp_cast(mx.nd.array(values), dtype=BFLOAT16)
+
+
+def _np(arr):
+    return mx.nd.amp_cast(arr, dtype=np.float32).asnumpy()
+
+
+def _reference(x, w, b, stride, pad, dilate, groups):
+    """Convolution in float64 (MXNet's geometry) and the same over |x| |w| (the error's scale)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    spatial = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    out_size = [(x.shape[2 + i] + 2 * pad[i] - dilate[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+                for i in range(spatial)]
+    y, mag = np.zeros((n, o) + tuple(out_size)), np.zeros((n, o) + tuple(out_size))
+    og = o // groups
+    for g in range(groups):
+        xs, ws = xp[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for offset in itertools.product(*[range(k) for k in w.shape[2:]]):
+            window = tuple(slice(offset[i] * dilate[i], offset[i] * dilate[i] + stride[i] * (out_size[i] - 1) + 1,
+                                 stride[i]) for i in range(spatial))
+            patch = xs[(slice(None), slice(None)) + window]
+            wk = ws[(slice(None), slice(None)) + tuple(offset)]
+            y[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, wk)
+            mag[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", np.abs(patch), np.abs(wk))
+    if b is not None:
+        shape = (1, o) + (1,) * spatial
+        y, mag = y + b.reshape(shape), mag + np.abs(b).reshape(shape)
+    return y, mag, cg * int(np.prod(w.shape[2:]))
+
+
+def _check(got, ref, mag, k, out_dtype):
+    tol = 4 * k * 2.0 ** -24 * mag + 1e-30
+    if out_dtype == "bfloat16":
+        tol = tol + 2.0 ** -8 * np.abs(ref)
+    err = np.abs(got.astype(np.float64) - ref)
+    assert (err <= tol).all(), "max error %.3g (tolerance %.3g)" % (err.max(), np.max(tol))
+
+
+CASES = [  # data shape, num_filter, kernel, stride, pad, dilate, groups
+    ((2, 8, 9, 9), 16, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 16, 8, 8), 32, (1, 1), (2, 2), (0, 0), (1, 1), 1),   # ResNet's downsample: floor leaves the edge short
+    ((1, 8, 10, 7), 8, (3, 3), (2, 1), (1, 2), (2, 1), 2),    # unequal strides, pads and dilations, groups
+    ((2, 8, 12, 12), 8, (3, 3), (1, 1), (1, 1), (1, 1), 8),   # depthwise
+    ((2, 3, 17, 17), 16, (7, 7), (2, 2), (3, 3), (1, 1), 1),  # a stem: three channels
+    ((3, 5, 11), 6, (3,), (2,), (1,), (1,), 1),               # 1-D
+    ((1, 4, 5, 6, 7), 4, (2, 3, 3), (1, 2, 1), (1, 0, 1), (1, 1, 2), 2),  # 3-D
+]
+
+
+@requires_onednn3
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("no_bias", [False, True])
+def test_convolution_matches_numpy(case, dtype, no_bias):
+    shape, num_filter, kernel, stride, pad, dilate, groups = case
+    x, w = _values(*shape), _values(num_filter, shape[1] // groups, *kernel)
+    b = None if no_bias else _values(num_filter)
+    attrs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, num_filter=num_filter, num_group=groups,
+                 no_bias=no_bias)
+    cast = _bf16 if dtype == "bfloat16" else mx.nd.array
+    rounded = (lambda v: v) if dtype == "float32" else bf16_round
+    y = mx.nd.amp_convolution(*[cast(v) for v in (x, w, b) if v is not None], **attrs)
+    ref, mag, k = _reference(rounded(x), rounded(w), None if b is None else rounded(b), stride, pad, dilate, groups)
+    assert y.shape == ref.shape and y.dtype == (BFLOAT16 if dtype == "bfloat16" else np.float32)
+    _check(_np(y), ref, mag, k, dtype)
+    mxnet = mx.nd.Convolution(*[mx.nd.array(rounded(v)) for v in (x, w, b) if v is not None], **attrs)
+    assert mxnet.shape == y.shape  # MXNet's shape rule
+
+
+@requires_onednn3
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_fused_residual_sum_and_relu(out_dtype):
+    x, w, b = _values(2, 8, 6, 6), _values(16, 8, 3, 3), _values(16)
+    addend = _values(2, 16, 6, 6)
+    attrs = dict(kernel=(3, 3), pad=(1, 1), num_filter=16)
+    add_in = mx.nd.array(addend) if out_dtype == "float32" else _bf16(addend)
+    y = mx.nd.amp_convolution(_bf16(x), _bf16(w), _bf16(b), add_in, with_sum=True, act_type="relu",
+                              out_dtype=out_dtype, **attrs)
+    assert y.dtype == (np.float32 if out_dtype == "float32" else BFLOAT16)
+    ref, mag, k = _reference(bf16_round(x), bf16_round(w), bf16_round(b), (1, 1), (1, 1), (1, 1), 1)
+    added = addend if out_dtype == "float32" else bf16_round(addend)
+    _check(_np(y), np.maximum(ref + added, 0), mag + np.abs(added), k, out_dtype)
+
+
+@requires_onednn3
+def test_invalid_attributes_and_shapes_are_reported():
+    x, w = _bf16(_values(1, 4, 5, 5)), _bf16(_values(8, 4, 3, 3))
+    for attrs, message in [
+            (dict(kernel=(3, 3), num_filter=8, act_type="tanh"), "act_type must be relu \\(got 'tanh'\\)"),
+            (dict(kernel=(3, 3), num_filter=8, layout="NHWC"), "layout must be NCW, NCHW or NCDHW \\(got 'NHWC'\\)"),
+            (dict(kernel=(3, 3), num_filter=8, stride=(0, 1)), "stride must be a tuple of integers >= 1"),
+            (dict(kernel=(3, 3), num_filter=8, stride=(1, 1, 1)), "as many sizes as kernel \\(2\\)"),
+            (dict(kernel=(3, 3), num_filter=8, num_group=3), "num_group \\(3\\) must divide"),
+            (dict(kernel=(7, 7), num_filter=8), "smaller than the dilated kernel \\(7\\)"),
+            (dict(kernel=(3, 3), num_filter=8, out_dtype="float16"), "out_dtype must be float32 or bfloat16")]:
+        with pytest.raises(mx.base.MXNetError, match=message):
+            mx.nd.amp_convolution(x, w, no_bias=True, **attrs).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="weight must have shape \\(8,4,3,3,\\)"):
+        mx.nd.amp_convolution(x, _bf16(_values(8, 2, 3, 3)), kernel=(3, 3), num_filter=8, no_bias=True).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="all inputs must be float32, or all bfloat16"):
+        mx.nd.amp_convolution(x, mx.nd.array(_values(8, 4, 3, 3)), kernel=(3, 3), num_filter=8,
+                              no_bias=True).wait_to_read()
+
+
+def _grads(arrays, head, **attrs):
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        y = mx.nd.amp_convolution(*arrays, **attrs)
+    y.backward(head)
+    return y, [a.grad for a in arrays]
+
+
+@requires_onednn3
+@pytest.mark.parametrize("fused", [False, True])
+def test_gradients_match_finite_differences(fused):
+    # float32 operands: linear in each input (and piecewise linear with the ReLU: steps stay small)
+    attrs = dict(kernel=(3, 2), stride=(2, 1), pad=(1, 0), num_filter=4, num_group=2)
+    shapes = [(2, 4, 5, 4), (4, 2, 3, 2), (4,)]
+    if fused:
+        attrs.update(with_sum=True, act_type="relu")
+        shapes.append((2, 4, 3, 3))
+    values = [_values(*s).astype(np.float64) for s in shapes]
+    head = _values(2, 4, 3, 3)
+    _, grads = _grads([mx.nd.array(v) for v in values], mx.nd.array(head), **attrs)
+    step = 1e-2 if fused else 0.5
+
+    def loss(vals):
+        y = mx.nd.amp_convolution(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64)
+        return float((y * head).sum())
+    for i, v in enumerate(values):
+        fd = np.zeros_like(v)
+        for idx in np.ndindex(*v.shape):
+            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
+            plus[i][idx] += step / 2
+            minus[i][idx] -= step / 2
+            fd[idx] = (loss(plus) - loss(minus)) / step
+        np.testing.assert_allclose(grads[i].asnumpy(), fd, rtol=2e-3, atol=2e-3, err_msg="input %d" % i)
+
+
+@requires_onednn3
+def test_bf16_gradients_match_mxnet_float32_convolution():
+    x, w, b, head = _values(4, 16, 10, 10), _values(32, 16, 3, 3), _values(32), _values(4, 32, 5, 5)
+    attrs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=32)
+    y, ours = _grads([_bf16(x), _bf16(w), _bf16(b)], _bf16(head), **attrs)
+    rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
+    for a in rounded:
+        a.attach_grad()
+    with autograd.record():
+        ref_y = mx.nd.Convolution(*rounded, **attrs)
+    ref_y.backward(mx.nd.array(bf16_round(head)))
+    for got, want in zip([y] + ours, [ref_y] + [a.grad for a in rounded]):
+        assert got.dtype == BFLOAT16
+        want = want.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+# ---- routing and fusion --------------------------------------------------------------------------------------
+class _Block(nn.HybridBlock):
+    """A ResNet v1 basic block with a downsampling shortcut, then global pooling and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        with self.name_scope():
+            self.conv1, self.bn1 = nn.Conv2D(16, 3, strides=2, padding=1, use_bias=False), nn.BatchNorm()
+            self.conv2, self.bn2 = nn.Conv2D(16, 3, padding=1, use_bias=False), nn.BatchNorm()
+            self.down, self.bn3 = nn.Conv2D(16, 1, strides=2, use_bias=False), nn.BatchNorm()
+            self.pool, self.fc = nn.GlobalAvgPool2D(), nn.Dense(5)
+
+    def hybrid_forward(self, F, x):
+        h = F.Activation(self.bn1(self.conv1(x)), act_type="relu")
+        h = self.bn2(self.conv2(h)) + self.bn3(self.down(x))
+        return self.fc(self.pool(F.Activation(h, act_type="relu")))
+
+
+def _block():
+    mx.random.seed(0)
+    net = _Block()
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(_values(4, 8, 12, 12))
+    net(x)
+    for p in net.collect_params().values():  # BatchNorm statistics that are not the identity
+        if p.name.endswith(("running_mean", "beta")):
+            p.set_data(mx.nd.array(_values(*p.shape) * 0.3))
+        elif p.name.endswith(("running_var", "gamma")):
+            p.set_data(mx.nd.array(1 + 0.5 * np.abs(_values(*p.shape))))
+    return net, x
+
+
+def _convert(net, x, **kwargs):
+    inputs, out, params = C.block_graph(net, [x])
+    args = {k: v for k, v in params.items() if k in set(out.list_arguments())}
+    aux = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
+    return C.convert(out, args, aux, "bfloat16", input_names=[s.name for s in inputs], **kwargs)
+
+
+@requires_onednn3
+def test_converted_resnet_block_runs_fused_library_convolutions(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    net, x = _block()
+    want = net(x).asnumpy()
+    res = _convert(net, x)
+    assert dict(res.summary.kernels)["amp_convolution"] == 3
+    nodes = json.loads(res.symbol.tojson(remove_amp_cast=False))["nodes"]
+    ops = [n["op"] for n in nodes]
+    # BatchNorm folded into the convolutions, the residual sum and both ReLUs are post-ops
+    assert not {"BatchNorm", "Convolution", "elemwise_add", "Activation", "_sg_mkldnn_conv"} & set(ops), ops
+    convs = [n.get("attrs", {}) for n in nodes if n["op"] == "amp_convolution"]
+    assert sorted((a.get("with_sum", ""), a.get("act_type", "")) for a in convs) == [
+        ("", ""), ("", "relu"), ("True", "relu")]
+    got = C.convert_hybrid_block(net, x, "bfloat16")(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got.asnumpy(), want, rtol=0, atol=0.03 * np.abs(want).max())
+    # MXNet's kernels on request: its oneDNN fusion instead
+    assert "amp_convolution" not in [n["op"] for n in json.loads(
+        _convert(net, x, kernels="mxnet").symbol.tojson(remove_amp_cast=False))["nodes"]]
+
+
+def _train_step(sym, params, x, head, kernels=None):
+    """Outputs and gradients of one training step of ``sym`` (rewritten as ``amp.init`` does, with kernels)."""
+    low = sym if kernels is None else graph.rewrite_symbol(sym, make_policy("bfloat16", kernels=kernels), "cpu")[0]
+    args = {k: mx.nd.array(v) for k, v in params.items() if k in low.list_arguments()}
+    args["data"] = mx.nd.array(x)
+    aux = {k: mx.nd.array(v) for k, v in params.items() if k in low.list_auxiliary_states()}
+    grads = {k: mx.nd.zeros(v.shape) for k, v in args.items()}
+    exe = low.bind(mx.cpu(), args, args_grad=grads, aux_states=aux)
+    y = exe.forward(is_train=True)[0].asnumpy()
+    exe.backward(mx.nd.array(head))
+    return low, y, {k: v.asnumpy() for k, v in grads.items()}
+
+
+@requires_onednn3
+def test_training_graphs_run_library_convolutions_like_mxnets_bf16_kernels(monkeypatch):
+    # BatchNorm in training mode makes bfloat16 weight gradients noisy (their sums cancel); the library's
+    # kernels must give what MXNet's own bfloat16 convolution gives, and outputs close to float32.
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    net, x = _block()
+    _, sym, arrays = C.block_graph(net, [mx.nd.array(x)])
+    sym = mx.sym.Group([sym])
+    params = {k: v.asnumpy() for k, v in arrays.items()}
+    head = _values(*net(mx.nd.array(x)).shape)
+    ours_sym, ours_y, ours = _train_step(sym, params, x.asnumpy(), head, "auto")
+    ops = [n["op"] for n in json.loads(ours_sym.tojson(remove_amp_cast=False))["nodes"]]
+    assert ops.count("amp_convolution") == 3 and "Convolution" not in ops
+    assert "Activation" in ops and "elemwise_add" in ops  # training graphs fuse nothing
+    mxnet_sym, mxnet_y, theirs = _train_step(sym, params, x.asnumpy(), head, "mxnet")
+    assert "amp_convolution" not in [n["op"] for n in json.loads(mxnet_sym.tojson())["nodes"]]
+    np.testing.assert_allclose(ours_y, mxnet_y, rtol=0, atol=0.01 * np.abs(mxnet_y).max())
+    for k, want in theirs.items():
+        np.testing.assert_allclose(ours[k], want, rtol=0, atol=0.02 * np.abs(want).max() + 1e-7, err_msg=k)
+    _, ref, _ = _train_step(sym, params, x.asnumpy(), head)
+    np.testing.assert_allclose(ours_y, ref, rtol=0, atol=0.03 * np.abs(ref).max())
+
+
+@requires_onednn3
+def test_amp_init_hybridized_training_runs_library_convolutions(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    net, x = _block()
+    amp.init("bfloat16")
+    net.hybridize()
+    with autograd.record():
+        y = net(x)
+    y.backward()
+    ops = [n["op"] for n in json.loads(net._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]]
+    assert ops.count("amp_convolution") == 3 and "Convolution" not in ops
+    assert y.dtype == np.float32 and np.isfinite(y.asnumpy()).all()
+    assert all(np.isfinite(p.grad().asnumpy()).all() and p.grad().dtype == np.float32
+               for p in net.collect_params().values() if p.grad_req != "null")
