@@ -25,7 +25,7 @@ __all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "cpu_isa", "onednn", "multi
            "unscale_and_check"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
-ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution")
+ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution", "amp_deconvolution")
 OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round") + ONEDNN_OPS
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")

@@ -32,7 +32,8 @@ from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
 from . import graph
-from .policy import DISABLED_ATTR, EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, make_policy, mx_dtype
+from .policy import (DISABLED_ATTR, EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, make_policy,
+                     mx_dtype)
 
 __all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
 
@@ -365,11 +366,15 @@ def _wrap_op(func, op, action):
         if convert is None:
             return func(*args, **kwargs)
         args, kwargs = _map_arrays(convert, args, kwargs)
-        kernel = policy.library_kernel(op, arrays[0].context.device_type) if act == LP16 else None
+        device = arrays[0].context.device_type
+        mode = policy.lp16_mode(op, device) if act == LP16 else None
+        kernel = (policy.library_kernel(op, device) if mode == NATIVE else
+                  policy.emulation_kernel(op, device) if mode == EMULATED else None)
         if kernel is not None and kwargs.get("out") is None:
-            return _library_call(kernel, func, args, kwargs)
+            out = _library_call(kernel, func, args, kwargs)
+            return _map_outputs(convert, out) if mode == EMULATED else out
         out = func(*args, **kwargs)
-        if act == LP16 and policy.lp16_mode(op, arrays[0].context.device_type) == EMULATED:
+        if mode == EMULATED:
             # the op's low precision output, rounded like its inputs (in place when the caller gave out=)
             target = kwargs.get("out")
             if target is None:

@@ -330,7 +330,7 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
         lp = action == LP16
         emulate = lp and mode == EMULATED
         if lp:
-            new["op"] = _kernel_op(node, policy, device_type) if mode == NATIVE else node["op"]
+            new["op"] = _kernel_op(node, policy, device_type, mode)
             if new["op"] in _LIBRARY_OPS:
                 build.stats.kernels[new["op"]] += 1
             wants = lp_input_dtypes(node, target)
@@ -375,7 +375,8 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
 
 
 #: This project's library kernels (:data:`mxnet.amp.lists.library_kernels` values).
-_LIBRARY_OPS = frozenset({"amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution"})
+_LIBRARY_OPS = frozenset({"amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution",
+                          "amp_deconvolution"})
 #: Library kernels with a fused ReLU (``act_type="relu"``), and those with a fused residual sum (``with_sum``).
 _RELU_FUSING = frozenset({"amp_fully_connected", "amp_convolution"})
 _SUM_FUSING = frozenset({"amp_convolution"})
@@ -383,9 +384,11 @@ _SUM_FUSING = frozenset({"amp_convolution"})
 _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
 
-def _kernel_op(node, policy, device_type):
-    """The op that runs low precision ``node``: this project's library kernel where the policy picks one."""
-    return policy.library_kernel(node["op"], device_type) or node["op"]
+def _kernel_op(node, policy, device_type, mode=NATIVE):
+    """The op that runs low precision ``node`` (in ``mode``): this project's library kernel where the policy
+    picks one."""
+    pick = policy.library_kernel if mode == NATIVE else policy.emulation_kernel if mode == EMULATED else None
+    return (pick and pick(node["op"], device_type)) or node["op"]
 
 
 def route_library_kernels(sym, policy, device_type):

@@ -234,7 +234,7 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
 
 #: This project's oneDNN 3 ops and the MXNet ops they replace (which MXNet's exporter converts).
 _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_dot",
-              "amp_convolution": "Convolution"}
+              "amp_convolution": "Convolution", "amp_deconvolution": "Deconvolution"}
 
 
 def _mxnet_kernels(gdict):

@@ -190,6 +190,17 @@ class Policy:
             return None
         return name if _onednn_loaded() else None
 
+    def emulation_kernel(self, op, device_type):
+        """The op of this project's library that runs emulated op ``op`` on ``device_type`` (float32 on
+        rounded values: ``lists.emulation_kernels``, where MXNet's kernel fails on them), or None.
+
+        Needs ``kernels="auto"`` and the library's oneDNN 3 kernels loaded.
+        """
+        name = lists.emulation_kernels(self.target_dtype, device_type).get(op)
+        if name is None or self.kernels != "auto":
+            return None
+        return name if _onednn_loaded() else None
+
     def emulates(self, op, device_type):
         """Whether low precision op ``op`` on ``device_type`` is emulated (see :meth:`lp16_mode`)."""
         return self.lp16_mode(op, device_type) == EMULATED

@@ -191,6 +191,99 @@ def test_bf16_gradients_match_mxnet_float32_convolution():
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
 
 
+def _deconv_reference(x, w, b, stride, pad, dilate, adj, groups):
+    """Transposed convolution in float64 (MXNet's Deconvolution geometry), and over |x| |w|."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c = x.shape[:2]
+    cg, og = w.shape[0] // groups, w.shape[1]
+    spatial = x.ndim - 2
+    full = [stride[i] * (x.shape[2 + i] - 1) + dilate[i] * (w.shape[2 + i] - 1) + 1 + adj[i] for i in range(spatial)]
+    y, mag = np.zeros((n, og * groups) + tuple(full)), np.zeros((n, og * groups) + tuple(full))
+    for g in range(groups):
+        xs, ws = x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg]
+        for offset in itertools.product(*[range(k) for k in w.shape[2:]]):
+            window = tuple(slice(offset[i] * dilate[i], offset[i] * dilate[i] + stride[i] * (x.shape[2 + i] - 1) + 1,
+                                 stride[i]) for i in range(spatial))
+            wk = ws[(slice(None), slice(None)) + tuple(offset)]
+            y[(slice(None), slice(g * og, (g + 1) * og)) + window] += np.einsum("nc...,co->no...", xs, wk)
+            mag[(slice(None), slice(g * og, (g + 1) * og)) + window] += np.einsum("nc...,co->no...", np.abs(xs),
+                                                                                  np.abs(wk))
+    crop = (slice(None), slice(None)) + tuple(slice(pad[i], full[i] - pad[i]) for i in range(spatial))
+    y, mag = y[crop], mag[crop]
+    if b is not None:
+        shape = (1, -1) + (1,) * spatial
+        y, mag = y + b.reshape(shape), mag + np.abs(b).reshape(shape)
+    return y, mag, cg * int(np.prod(w.shape[2:]))
+
+
+DECONV_CASES = [  # data shape, num_filter, kernel, stride, pad, dilate, adj, groups
+    ((2, 8, 5, 5), 8, (4, 4), (2, 2), (1, 1), (1, 1), (0, 0), 1),    # the decoder's upsampling
+    ((1, 6, 4, 3), 4, (3, 3), (2, 1), (1, 0), (1, 2), (1, 0), 2),    # adj, unequal geometry, groups
+    ((2, 4, 7), 6, (3,), (3,), (0,), (1,), (2,), 1),                 # 1-D
+]
+
+
+@requires_onednn3
+@pytest.mark.parametrize("case", DECONV_CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_deconvolution_matches_numpy_and_mxnet(case, dtype):
+    shape, num_filter, kernel, stride, pad, dilate, adj, groups = case
+    x, w, b = _values(*shape), _values(shape[1], num_filter // groups, *kernel), _values(num_filter)
+    attrs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, adj=adj, num_filter=num_filter,
+                 num_group=groups, no_bias=False)
+    cast = _bf16 if dtype == "bfloat16" else mx.nd.array
+    rounded = (lambda v: v) if dtype == "float32" else bf16_round
+    y = mx.nd.amp_deconvolution(cast(x), cast(w), cast(b), **attrs)
+    ref, mag, k = _deconv_reference(rounded(x), rounded(w), rounded(b), stride, pad, dilate, adj, groups)
+    assert y.shape == ref.shape
+    _check(_np(y), ref, mag, k, dtype)
+    mxnet = mx.nd.Deconvolution(*[mx.nd.array(rounded(v)) for v in (x, w, b)], **attrs).asnumpy()
+    np.testing.assert_allclose(mxnet, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())  # the same op as MXNet's
+
+
+@requires_onednn3
+def test_deconvolution_target_shape_and_errors():
+    x, w = _bf16(_values(1, 4, 5, 5)), _bf16(_values(4, 2, 3, 3))
+    # MXNet's rule: 2 * (5 - 1) + 3 - 10 = 1 to remove, so pad 1 and adj 1 (its own oneDNN kernel rejects this
+    # case: "could not create a descriptor for a dilated deconvolution")
+    y = mx.nd.amp_deconvolution(x, w, kernel=(3, 3), stride=(2, 2), target_shape=(10, 10), num_filter=2)
+    ref, mag, k = _deconv_reference(_np(x), _np(w), None, (2, 2), (1, 1), (1, 1), (1, 1), 1)
+    assert y.shape == ref.shape == (1, 2, 10, 10)
+    _check(_np(y), ref, mag, k, "bfloat16")
+    with pytest.raises(mx.base.MXNetError, match="adj \\(2\\) must be smaller than stride \\(2\\)"):
+        mx.nd.amp_deconvolution(x, w, kernel=(3, 3), stride=(2, 2), adj=(2, 2), num_filter=2).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="fused activations and sums are not supported"):
+        mx.nd.amp_deconvolution(x, w, kernel=(3, 3), num_filter=2, act_type="relu").wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="weight must have shape \\(4,2,3,3,\\)"):
+        mx.nd.amp_deconvolution(x, _bf16(_values(2, 4, 3, 3)), kernel=(3, 3), num_filter=2).wait_to_read()
+
+
+@requires_onednn3
+def test_deconvolution_gradients_match_finite_differences():
+    attrs = dict(kernel=(3, 2), stride=(2, 1), pad=(1, 0), adj=(1, 0), num_filter=4, num_group=2, no_bias=False)
+    values = [_values(*s).astype(np.float64) for s in [(2, 4, 3, 3), (4, 2, 3, 2), (4,)]]
+    y = mx.nd.amp_deconvolution(*[mx.nd.array(v) for v in values], **attrs)
+    head = _values(*y.shape)
+    arrays = [mx.nd.array(v) for v in values]
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        out = mx.nd.amp_deconvolution(*arrays, **attrs)
+    out.backward(mx.nd.array(head))
+
+    def loss(vals):
+        y = mx.nd.amp_deconvolution(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64)
+        return float((y * head).sum())
+    for i, v in enumerate(values):
+        fd = np.zeros_like(v)
+        for idx in np.ndindex(*v.shape):
+            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
+            plus[i][idx] += 0.25
+            minus[i][idx] -= 0.25
+            fd[idx] = (loss(plus) - loss(minus)) / 0.5
+        np.testing.assert_allclose(arrays[i].grad.asnumpy(), fd, rtol=2e-3, atol=2e-3, err_msg="input %d" % i)
+
+
 # ---- routing and fusion --------------------------------------------------------------------------------------
 class _Block(nn.HybridBlock):
     """A ResNet v1 basic block with a downsampling shortcut, then global pooling and a classifier."""
@@ -302,3 +395,21 @@ def test_amp_init_hybridized_training_runs_library_convolutions(monkeypatch):
     assert y.dtype == np.float32 and np.isfinite(y.asnumpy()).all()
     assert all(np.isfinite(p.grad().asnumpy()).all() and p.grad().dtype == np.float32
                for p in net.collect_params().values() if p.grad_req != "null")
+
+
+@requires_onednn3
+@pytest.mark.parametrize("dtype,emulate", [("bfloat16", None), ("bfloat16", True), ("float16", True)])
+def test_deconvolution_runs_on_the_library_wherever_amp_rewrites_it(monkeypatch, dtype, emulate):
+    # MXNet's oneDNN Deconvolution backward aborts on a computed (cast or rounded) weight: AMP routes around it,
+    # natively in bfloat16 and, where emulated, in float32 on the rounded values
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    sym = mx.sym.Deconvolution(mx.sym.var("data"), kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=4,
+                               name="up")
+    nodes = json.loads(graph.rewrite_symbol(sym, make_policy(dtype, emulate=emulate), "cpu")[0].tojson(
+        remove_amp_cast=False))["nodes"]
+    up = next(n for n in nodes if n["name"] == "up")
+    assert up["op"] == "amp_deconvolution"
+    feeds = {nodes[i]["op"] for i, _, _ in up["inputs"]}
+    assert feeds == ({"amp_round"} if emulate else {"amp_cast"})
+    kept = graph.rewrite_symbol(sym, make_policy(dtype, emulate=emulate, kernels="mxnet"), "cpu")[0]
+    assert "amp_deconvolution" not in kept.tojson()

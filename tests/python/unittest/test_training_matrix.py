@@ -18,10 +18,12 @@ Columns: bfloat16 emulated (every machine; forced with ``emulate=True``), bfloat
 GPU is tests/python/gpu/test_training_matrix_gpu.py.
 
 Columns: the native one runs amp.init's default there (bfloat16 kernels where MXNet has them, plain float32 for
-ops without one). Cells that fail today are marked ``xfail(strict=False)`` with the reason (they pass the day it
-is fixed) and run in a child process, since they abort: the Deconvolution decoder, imperative, every AMP column.
+ops without one). Cells that fail are marked ``xfail(strict=False)`` with the reason (they pass the day it is
+fixed) and run in a child process, since they abort: without this project's oneDNN 3 kernels
+(``MXNET_AMP_ONEDNN=0``, or a build without oneDNN 3), the Deconvolution decoder, imperative, every AMP column.
 MXNet 1.9.1's oneDNN Deconvolution backward aborts when its weight is a computed tensor (plain float32
-reproduces it: ``w = w0 * 1.0``), and AMP's cast or rounded weight is one; hybridized graphs are not affected.
+reproduces it: ``w = w0 * 1.0``), and AMP's cast or rounded weight is one; with the library, AMP runs
+Deconvolution on its ``amp_deconvolution`` (bfloat16 natively, float32 where emulated) and every cell passes.
 """
 import functools
 import json
@@ -32,7 +34,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mxnet.amp import policy
+from mxnet.amp import _ext, policy
 
 import matrix_models
 
@@ -46,9 +48,10 @@ COLUMNS = {"bf16_emulated": ("bfloat16", True), "bf16_native": ("bfloat16", None
 _EMULATE_ARG = {True: "1", None: "auto"}
 
 _DECONV = ("MXNet 1.9.1: oneDNN Deconvolution backward aborts when its weight is a computed tensor "
-           "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one")
+           "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one, and this project's oneDNN 3 "
+           "kernels, which route around it, are unavailable: %s" % _ext.onednn()[1])
 # (row, hybridize or None for both, column) -> (reason, run in a child process)
-KNOWN_FAILURES = {
+KNOWN_FAILURES = {} if _ext.onednn()[0] else {
     ("deconv_decoder", False, "bf16_emulated"): (_DECONV, True),
     ("deconv_decoder", False, "fp16_emulated"): (_DECONV, True),
     ("deconv_decoder", False, "bf16_native"): (_DECONV, True),

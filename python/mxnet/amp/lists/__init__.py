@@ -41,7 +41,8 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence", "BAD_VERDICTS",
+           "emulation_kernels", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence",
+           "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
            "symbol_fp16", "symbol_bf16"]
@@ -133,6 +134,8 @@ class _Table:
         self.fp32_param_ops = module.FP32_PARAM_OPS
         self.library_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                  for dev, ops in module.LIBRARY_KERNELS.items()})
+        self.emulation_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                                   for dev, ops in module.EMULATION_KERNELS.items()})
 
 
 _TABLES = {}
@@ -344,6 +347,18 @@ def library_kernels(dtype, device_type):
         For an unknown dtype or device type.
     """
     return _for_device(_table(dtype).library_kernels, device_type)
+
+
+def emulation_kernels(dtype, device_type):
+    """Return ``{MXNet op: op of this project's library}``: the float32 kernels that run ``dtype``-emulated ops
+    whose MXNet kernel fails on the rounded (computed) tensors emulation feeds it.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(_table(dtype).emulation_kernels, device_type)
 
 
 def is_library_kernel(op):

@@ -68,7 +68,18 @@ LIBRARY_KERNELS = {
         "_npi_matmul": "amp_matmul",
         "Convolution": "amp_convolution",
         "_npx_convolution": "amp_convolution",
+        "Deconvolution": "amp_deconvolution",
+        "_npx_deconvolution": "amp_deconvolution",
     },
+    "gpu": {},
+}
+
+# MXNet op -> the library kernel that runs it where it is emulated (float32 on rounded values), per device type:
+# MXNet 1.9.1's oneDNN Deconvolution backward aborts the process when its weight is a computed tensor (plain
+# float32 reproduces it: w = w0 * 1.0), and an emulated op's rounded weight is one. The library's float32
+# kernel computes the same values without the crash.
+EMULATION_KERNELS = {
+    "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
     "gpu": {},
 }
 

@@ -54,6 +54,12 @@ FP32_PARAM_OPS = None
 # MXNet op -> this project's kernel that replaces it (see bfloat16.py): none has float16 CPU kernels.
 LIBRARY_KERNELS = {"cpu": {}, "gpu": {}}
 
+# Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why.
+EMULATION_KERNELS = {
+    "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
+    "gpu": {},
+}
+
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
     (g.PROJECT_MATMUL,

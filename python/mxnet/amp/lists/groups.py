@@ -446,7 +446,7 @@ PROJECT_OPS = (
 )
 
 # This project's oneDNN 3 matrix products and convolution (libmxnet_amp): float32 or bfloat16 operands.
-PROJECT_MATMUL = ("amp_batch_dot", "amp_convolution", "amp_fully_connected", "amp_matmul")
+PROJECT_MATMUL = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_fully_connected", "amp_matmul")
 
 # -------------------- domain-specific -------------------------------------------------------------
 

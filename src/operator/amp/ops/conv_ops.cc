@@ -1,6 +1,7 @@
 /*!
  * \file conv_ops.cc
- * \brief lib_api glue for the oneDNN 3 convolution: amp_convolution (Convolution, _npx_convolution).
+ * \brief lib_api glue for the oneDNN 3 convolutions: amp_convolution (Convolution, _npx_convolution) and
+ *        amp_deconvolution (Deconvolution, _npx_deconvolution).
  *
  * Attributes are those of MXNet's Convolution (kernel, stride, dilate, pad, num_filter, num_group, no_bias;
  * layout must be channels-first; the CUDA-only workspace/cudnn_* are accepted and ignored), so the graph
@@ -9,8 +10,14 @@
  *   with_sum=True    one more input, the addend, summed into the output before the ReLU (a residual sum);
  *   out_dtype        float32 or bfloat16: the output's dtype when it differs from the operands'.
  * Data, weight and bias are float32 or bfloat16 (all the same); the addend has the output's dtype.
+ * amp_deconvolution takes Deconvolution's attributes (adj and target_shape too; no_bias defaults to True) and
+ * out_dtype. A transposed convolution is the data gradient of a convolution, so it runs on the same three
+ * passes with the roles swapped: forward = backward data (plus the bias), data gradient = forward, weight
+ * gradient = backward weights with data and gradient exchanged. (MXNet 1.9.1's oneDNN Deconvolution
+ * backward aborts when its weight is a computed tensor, as an AMP cast is: these kernels route around it.)
  * Backward: inputs [dy, inputs..., y], outputs [gradient of each input], in the inputs' dtypes.
  */
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,20 +29,23 @@ namespace mxnet_amp {
 namespace {
 
 constexpr char kConv[] = "amp_convolution";
+constexpr char kDeconv[] = "amp_deconvolution";
 constexpr int kMaxSpatial = AMP_CONV_MAX_SPATIAL;
 
 struct ConvParams {
-  std::vector<long> kernel, stride, dilate, pad;
+  bool deconv = false;  // amp_deconvolution
+  std::vector<long> kernel, stride, dilate, pad, adj, target_shape;
   long num_filter = 0, num_group = 1;
   bool no_bias = false, relu = false, with_sum = false;
   int out_dtype = -1;
 
+  const char* op() const { return deconv ? kDeconv : kConv; }
   int spatial() const { return static_cast<int>(kernel.size()); }
   int num_inputs() const { return 2 + !no_bias + with_sum; }
 };
 
 // A tuple attribute such as "(3, 3)", "[2,2]" or "(1,)": integers >= minimum, empty when absent.
-bool parse_tuple(const Attrs& attrs, const char* key, long minimum, std::vector<long>* values) {
+bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values) {
   values->clear();
   const auto it = attrs.find(key);
   if (it == attrs.end() || it->second == "None") return true;
@@ -50,7 +60,7 @@ bool parse_tuple(const Attrs& attrs, const char* key, long minimum, std::vector<
     char* end = nullptr;
     const long v = std::strtol(p, &end, 10);
     if (end == p || v < minimum || (*end != ' ' && *end != '\0')) {
-      MX_ERROR_MSG << kConv << ": attribute " << key << " must be a tuple of integers >= " << minimum
+      MX_ERROR_MSG << op << ": attribute " << key << " must be a tuple of integers >= " << minimum
                    << " (got '" << it->second << "')";
       return false;
     }
@@ -60,61 +70,76 @@ bool parse_tuple(const Attrs& attrs, const char* key, long minimum, std::vector<
   return true;
 }
 
-bool parse_conv(const Attrs& attrs, ConvParams* p) {
-  if (!parse_tuple(attrs, "kernel", 1, &p->kernel) || !parse_tuple(attrs, "stride", 1, &p->stride) ||
-      !parse_tuple(attrs, "dilate", 1, &p->dilate) || !parse_tuple(attrs, "pad", 0, &p->pad) ||
-      !parse_int(kConv, attrs, "num_filter", 1, &p->num_filter) || !parse_bool(kConv, attrs, "no_bias", false, &p->no_bias) ||
-      !parse_bool(kConv, attrs, "with_sum", false, &p->with_sum) || !parse_out_dtype(kConv, attrs, &p->out_dtype)) {
+bool parse_conv(const Attrs& attrs, bool deconv, ConvParams* p) {
+  p->deconv = deconv;
+  const char* op = p->op();
+  if (!parse_tuple(op, attrs, "kernel", 1, &p->kernel) || !parse_tuple(op, attrs, "stride", 1, &p->stride) ||
+      !parse_tuple(op, attrs, "dilate", 1, &p->dilate) || !parse_tuple(op, attrs, "pad", 0, &p->pad) ||
+      !parse_int(op, attrs, "num_filter", 1, &p->num_filter) ||
+      !parse_bool(op, attrs, "no_bias", deconv, &p->no_bias) || !parse_out_dtype(op, attrs, &p->out_dtype)) {
     return false;
   }
-  if (attrs.count("num_group") && !parse_int(kConv, attrs, "num_group", 1, &p->num_group)) return false;
+  if (attrs.count("num_group") && !parse_int(op, attrs, "num_group", 1, &p->num_group)) return false;
   const int n = p->spatial();
   if (n < 1 || n > kMaxSpatial) {
-    MX_ERROR_MSG << kConv << ": attribute kernel must have 1 to " << kMaxSpatial << " sizes (got "
+    MX_ERROR_MSG << op << ": attribute kernel must have 1 to " << kMaxSpatial << " sizes (got "
                  << (attrs.count("kernel") ? "'" + attrs.at("kernel") + "'" : std::string("none")) << ")";
     return false;
   }
-  for (auto* v : {&p->stride, &p->dilate, &p->pad}) {
-    if (v->empty()) v->assign(n, v == &p->pad ? 0 : 1);
+  if (deconv && (!parse_tuple(op, attrs, "adj", 0, &p->adj) ||
+                 !parse_tuple(op, attrs, "target_shape", 0, &p->target_shape))) {
+    return false;
+  }
+  for (auto* v : {&p->stride, &p->dilate, &p->pad, &p->adj, &p->target_shape}) {
+    if (v->empty() || (v == &p->target_shape && std::all_of(v->begin(), v->end(), [](long t) { return t == 0; }))) {
+      v->assign(n, v == &p->stride || v == &p->dilate ? 1 : 0);
+    }
     if (static_cast<int>(v->size()) != n) {
-      MX_ERROR_MSG << kConv << ": stride, dilate and pad must have as many sizes as kernel (" << n << ")";
+      MX_ERROR_MSG << op << ": stride, dilate, pad" << (deconv ? ", adj and target_shape" : "")
+                   << " must have as many sizes as kernel (" << n << ")";
       return false;
     }
   }
   const auto layout = attrs.find("layout");
   if (layout != attrs.end() && layout->second != "None" && layout->second != "NCW" && layout->second != "NCHW" &&
       layout->second != "NCDHW") {
-    MX_ERROR_MSG << kConv << ": attribute layout must be NCW, NCHW or NCDHW (got '" << layout->second << "')";
+    MX_ERROR_MSG << op << ": attribute layout must be NCW, NCHW or NCDHW (got '" << layout->second << "')";
     return false;
   }
   const auto act = attrs.find("act_type");
+  if (deconv && (act != attrs.end() || attrs.count("with_sum"))) {
+    MX_ERROR_MSG << op << ": fused activations and sums are not supported";
+    return false;
+  }
   if (act != attrs.end() && act->second != "relu") {
-    MX_ERROR_MSG << kConv << ": attribute act_type must be relu (got '" << act->second << "')";
+    MX_ERROR_MSG << op << ": attribute act_type must be relu (got '" << act->second << "')";
     return false;
   }
   p->relu = act != attrs.end();
-  return true;
+  return deconv || parse_bool(op, attrs, "with_sum", false, &p->with_sum);
 }
 
+template <bool kDeconvolution>
 MXReturnValue conv_parse(const Attrs& attrs, int* num_in, int* num_out) {
   ConvParams p;
-  if (!parse_conv(attrs, &p)) return MX_FAIL;
+  if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
   *num_in = p.num_inputs();
   *num_out = 1;
   return MX_SUCCESS;
 }
 
+template <bool kDeconvolution>
 MXReturnValue conv_infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   ConvParams p;
-  if (!parse_conv(attrs, &p)) return MX_FAIL;
+  if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
   std::vector<int> operands(in->begin(), in->begin() + (p.no_bias ? 2 : 3));
-  if (infer_operand_types(kConv, p.out_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
+  if (infer_operand_types(p.op(), p.out_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
   std::copy(operands.begin(), operands.end(), in->begin());
   if (p.with_sum) {
     int& addend = in->back();
     if (addend == -1) addend = (*out)[0];
     if (addend != (*out)[0]) {
-      MX_ERROR_MSG << kConv << ": the addend has dtype " << dtype_name(addend) << "; it must have the output's, "
+      MX_ERROR_MSG << p.op() << ": the addend has dtype " << dtype_name(addend) << "; it must have the output's, "
                    << dtype_name((*out)[0]);
       return MX_FAIL;
     }
@@ -122,126 +147,191 @@ MXReturnValue conv_infer_type(const Attrs& attrs, std::vector<int>* in, std::vec
   return MX_SUCCESS;
 }
 
-// Output size of each spatial dimension (MXNet's formula); false with an error when one is < 1.
-bool output_sizes(const ConvParams& p, const std::vector<int64_t>& data, std::vector<int64_t>* out) {
-  out->clear();
+// The convolution pass geometry of a call: for amp_convolution its own; for amp_deconvolution the
+// convolution whose data gradient it is (that convolution's data is the output, its output the data).
+// Spatial sizes follow MXNet's formulas; false with an error when a size is < 1.
+bool geometry(const ConvParams& p, const std::vector<int64_t>& data, AmpConv* c) {
+  std::memset(c, 0, sizeof(*c));
+  c->spatial = p.spatial();
+  c->batch = data[0];
+  c->groups = p.num_group;
+  c->in_channels = p.deconv ? p.num_filter : data[1];
+  c->out_channels = p.deconv ? data[1] : p.num_filter;
   for (int i = 0; i < p.spatial(); ++i) {
     const int64_t extent = p.dilate[i] * (p.kernel[i] - 1) + 1;
-    const int64_t padded = data[i + 2] + 2 * p.pad[i];
-    if (padded < extent) {
-      MX_ERROR_MSG << kConv << ": spatial dimension " << i << " of the data (" << data[i + 2] << ", padded "
-                   << padded << ") is smaller than the dilated kernel (" << extent << ")";
+    c->kernel[i] = p.kernel[i];
+    c->stride[i] = p.stride[i];
+    c->dilate[i] = p.dilate[i];
+    c->pad[i] = p.pad[i];
+    if (!p.deconv) {
+      const int64_t padded = data[i + 2] + 2 * p.pad[i];
+      if (padded < extent) {
+        MX_ERROR_MSG << p.op() << ": spatial dimension " << i << " of the data (" << data[i + 2] << ", padded "
+                     << padded << ") is smaller than the dilated kernel (" << extent << ")";
+        return false;
+      }
+      c->in_size[i] = data[i + 2];
+      c->out_size[i] = (padded - extent) / p.stride[i] + 1;
+      continue;
+    }
+    int64_t adj = p.adj[i];
+    if (p.target_shape[i] > 0) {  // MXNet's rule: the padding (and adj) that reach the target size
+      const int64_t total = p.stride[i] * (data[i + 2] - 1) + extent - p.target_shape[i];
+      if (total < 0) {
+        MX_ERROR_MSG << p.op() << ": target_shape " << p.target_shape[i] << " of spatial dimension " << i
+                     << " is larger than the kernel and stride can reach (" << p.stride[i] * (data[i + 2] - 1) + extent
+                     << ")";
+        return false;
+      }
+      adj = total % 2;
+      c->pad[i] = (total + 1) / 2;
+    }
+    if (adj >= p.stride[i]) {
+      MX_ERROR_MSG << p.op() << ": adj (" << adj << ") must be smaller than stride (" << p.stride[i]
+                   << ") in spatial dimension " << i;
       return false;
     }
-    out->push_back((padded - extent) / p.stride[i] + 1);
+    const int64_t size = p.stride[i] * (data[i + 2] - 1) + extent - 2 * c->pad[i] + adj;
+    if (size < 1) {
+      MX_ERROR_MSG << p.op() << ": output size " << size << " of spatial dimension " << i << " is < 1";
+      return false;
+    }
+    c->in_size[i] = size;
+    c->out_size[i] = data[i + 2];
   }
   return true;
 }
 
-bool expect_shape(Shapes* in, size_t index, const std::vector<unsigned int>& shape, const char* role) {
+bool expect_shape(const char* op, Shapes* in, size_t index, const std::vector<unsigned int>& shape,
+                  const char* role) {
   if ((*in)[index].empty()) (*in)[index] = shape;
   if ((*in)[index] == shape) return true;
   std::string want, got;
   for (unsigned int d : shape) want += std::to_string(d) + ",";
   for (unsigned int d : (*in)[index]) got += std::to_string(d) + ",";
-  MX_ERROR_MSG << kConv << ": " << role << " must have shape (" << want << ") for data of this shape (got ("
-               << got << "))";
+  MX_ERROR_MSG << op << ": " << role << " must have shape (" << want << ") for data of this shape (got (" << got
+               << "))";
   return false;
 }
 
+template <bool kDeconvolution>
 MXReturnValue conv_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
   ConvParams p;
-  if (!parse_conv(attrs, &p)) return MX_FAIL;
+  if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
+  const char* op = p.op();
   const auto& x = (*in)[0];
   if (static_cast<int>(x.size()) != p.spatial() + 2) {
-    MX_ERROR_MSG << kConv << ": the data must have " << p.spatial() + 2 << " dimensions (N, C and the kernel's "
+    MX_ERROR_MSG << op << ": the data must have " << p.spatial() + 2 << " dimensions (N, C and the kernel's "
                  << p.spatial() << "), got " << x.size();
     return MX_FAIL;
   }
   if (x[1] % p.num_group != 0 || p.num_filter % p.num_group != 0) {
-    MX_ERROR_MSG << kConv << ": num_group (" << p.num_group << ") must divide the data's channels (" << x[1]
+    MX_ERROR_MSG << op << ": num_group (" << p.num_group << ") must divide the data's channels (" << x[1]
                  << ") and num_filter (" << p.num_filter << ")";
     return MX_FAIL;
   }
-  std::vector<int64_t> sizes;
-  if (!output_sizes(p, std::vector<int64_t>(x.begin(), x.end()), &sizes)) return MX_FAIL;
-  std::vector<unsigned int> w = {static_cast<unsigned int>(p.num_filter), x[1] / static_cast<unsigned int>(p.num_group)};
-  std::vector<unsigned int> y = {x[0], static_cast<unsigned int>(p.num_filter)};
+  AmpConv c;
+  if (!geometry(p, std::vector<int64_t>(x.begin(), x.end()), &c)) return MX_FAIL;
+  const auto u = [](int64_t v) { return static_cast<unsigned int>(v); };
+  // weight: (num_filter, C / groups, kernel...); Deconvolution: (C, num_filter / groups, kernel...)
+  std::vector<unsigned int> w = {u(c.out_channels), u(c.in_channels / c.groups)};
+  std::vector<unsigned int> y = {x[0], u(p.num_filter)};
   for (int i = 0; i < p.spatial(); ++i) {
-    w.push_back(static_cast<unsigned int>(p.kernel[i]));
-    y.push_back(static_cast<unsigned int>(sizes[i]));
+    w.push_back(u(p.kernel[i]));
+    y.push_back(u(p.deconv ? c.in_size[i] : c.out_size[i]));
   }
-  if (!expect_shape(in, 1, w, "weight")) return MX_FAIL;
-  if (!p.no_bias && !expect_shape(in, 2, {static_cast<unsigned int>(p.num_filter)}, "bias")) return MX_FAIL;
-  if (p.with_sum && !expect_shape(in, in->size() - 1, y, "the addend")) return MX_FAIL;
+  if (!expect_shape(op, in, 1, w, "weight")) return MX_FAIL;
+  if (!p.no_bias && !expect_shape(op, in, 2, {u(p.num_filter)}, "bias")) return MX_FAIL;
+  if (p.with_sum && !expect_shape(op, in, in->size() - 1, y, "the addend")) return MX_FAIL;
   (*out)[0] = y;
   return MX_SUCCESS;
 }
 
-// The call's geometry from the attributes and the data's shape.
-AmpConv describe(const ConvParams& p, const MXTensor& x, int pass) {
-  AmpConv c;
-  std::memset(&c, 0, sizeof(c));
-  c.pass = pass;
-  c.spatial = p.spatial();
-  c.batch = x.shape[0];
-  c.in_channels = x.shape[1];
-  c.out_channels = p.num_filter;
-  c.groups = p.num_group;
-  std::vector<int64_t> sizes;
-  output_sizes(p, x.shape, &sizes);
-  for (int i = 0; i < c.spatial; ++i) {
-    c.in_size[i] = x.shape[i + 2];
-    c.out_size[i] = sizes[i];
-    c.kernel[i] = p.kernel[i];
-    c.stride[i] = p.stride[i];
-    c.dilate[i] = p.dilate[i];
-    c.pad[i] = p.pad[i];
-  }
-  c.dtype = static_cast<int>(x.dtype);
-  c.bias_dtype = -1;
-  return c;
-}
-
-bool convolve(const AmpConv& c) {
+// One pass of the library's convolution, from the call's geometry.
+bool convolve(const char* op, const AmpConv& geometry, int pass) {
   AmpConvFn fn = onednn_conv();
   if (fn == nullptr) {
-    MX_ERROR_MSG << kConv << ": oneDNN 3 kernels unavailable: " << onednn_info();
+    MX_ERROR_MSG << op << ": oneDNN 3 kernels unavailable: " << onednn_info();
     return false;
   }
+  AmpConv c = geometry;
+  c.pass = pass;
   char error[512] = {0};
   if (fn(&c, error, sizeof(error)) != 0) {
-    MX_ERROR_MSG << kConv << ": " << error;
+    MX_ERROR_MSG << op << ": " << error;
     return false;
   }
   return true;
 }
 
+// y[n, c, ...] = acc[n, c, ...] + bias[c] (Deconvolution's bias: the data-gradient pass has none).
+void add_bias(const void* acc, int acc_dtype, const MXTensor& bias, MXTensor* y) {
+  const int64_t channels = y->shape[1];
+  const int64_t inner = y->size() / (y->shape[0] * channels);
+  const int ydt = static_cast<int>(y->dtype), bdt = static_cast<int>(bias.dtype);
+#pragma omp parallel for
+  for (int64_t nc = 0; nc < y->shape[0] * channels; ++nc) {
+    const float b = load(bias.data_ptr, bdt, nc % channels);
+    for (int64_t i = nc * inner; i < (nc + 1) * inner; ++i) store(y->data_ptr, ydt, i, load(acc, acc_dtype, i) + b);
+  }
+}
+
+// db[c] = sum of g over every axis but the channels, in float32.
+void bias_gradient(const void* g, int dtype, const MXTensor& like, MXTensor* db) {
+  const int64_t channels = like.shape[1];
+  const int64_t inner = like.size() / (like.shape[0] * channels);
+#pragma omp parallel for
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    float s = 0.f;
+    for (int64_t n = 0; n < like.shape[0]; ++n) {
+      for (int64_t i = (n * channels + ch) * inner; i < (n * channels + ch + 1) * inner; ++i) s += load(g, dtype, i);
+    }
+    store(db->data_ptr, static_cast<int>(db->dtype), ch, s);
+  }
+}
+
+template <bool kDeconvolution>
 MXReturnValue conv_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                            const OpResource& res) {
   ConvParams p;
-  if (!parse_conv(attrs, &p)) return MX_FAIL;
+  if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
   const MXTensor& x = (*inputs)[0];
   MXTensor& y = (*outputs)[0];
   if (y.size() == 0) return MX_SUCCESS;
-  AmpConv c = describe(p, x, AMP_CONV_FORWARD);
+  AmpConv c;
+  if (!geometry(p, x.shape, &c)) return MX_FAIL;
+  c.dtype = static_cast<int>(x.dtype);
   c.out_dtype = static_cast<int>(y.dtype);
+  c.bias_dtype = -1;
+  c.weight = (*inputs)[1].data_ptr;
+  c.out = y.data_ptr;
+  if (p.deconv) {  // with a bias and a bfloat16 output: the sum in float32, rounded once
+    Scratch keep;
+    const bool staged = !p.no_bias && c.out_dtype != kFloat32;
+    if (staged) {
+      c.out = scratch(&keep, y.size());
+      c.out_dtype = kFloat32;
+    }
+    c.diff_dst = x.data_ptr;
+    if (!convolve(p.op(), c, AMP_CONV_BACKWARD_DATA)) return MX_FAIL;
+    if (!p.no_bias) add_bias(c.out, c.out_dtype, (*inputs)[2], &y);
+    return MX_SUCCESS;
+  }
   c.relu = p.relu;
   c.data = x.data_ptr;
-  c.weight = (*inputs)[1].data_ptr;
   if (!p.no_bias) {
     c.bias = (*inputs)[2].data_ptr;
     c.bias_dtype = static_cast<int>((*inputs)[2].dtype);
   }
   if (p.with_sum) c.addend = inputs->back().data_ptr;
-  c.out = y.data_ptr;
-  return convolve(c) ? MX_SUCCESS : MX_FAIL;
+  return convolve(p.op(), c, AMP_CONV_FORWARD) ? MX_SUCCESS : MX_FAIL;
 }
 
+template <bool kDeconvolution>
 MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                             const OpResource& res) {
   ConvParams p;
-  if (!parse_conv(attrs, &p)) return MX_FAIL;
+  if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
   const MXTensor& dy = (*inputs)[0];
   const MXTensor& x = (*inputs)[1];
   MXTensor& dx = (*outputs)[0];
@@ -254,22 +344,29 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
   Scratch keep;
   // dy, where a fused ReLU's output is positive (else 0), in the operands' dtype
   void* g = p.relu ? relu_masked(dy, inputs->back(), dt, &keep) : in_dtype(dy, dt, &keep);
-  AmpConv c = describe(p, x, AMP_CONV_BACKWARD_DATA);
-  c.diff_dst = g;
+  AmpConv c;
+  if (!geometry(p, x.shape, &c)) return MX_FAIL;
+  c.dtype = dt;
+  c.bias_dtype = -1;
+  // Data gradient: the convolution's backward data pass; the deconvolution's is the convolution itself.
   c.weight = (*inputs)[2].data_ptr;
   c.out = dx.data_ptr;
   c.out_dtype = static_cast<int>(dx.dtype);
-  if (!convolve(c)) return MX_FAIL;
-  c = describe(p, x, AMP_CONV_BACKWARD_WEIGHTS);
-  c.diff_dst = g;
-  c.data = x.data_ptr;
-  c.out = dw.data_ptr;
-  c.out_dtype = static_cast<int>(dw.dtype);
-  if (!p.no_bias) {
-    c.diff_bias = (*outputs)[2].data_ptr;
-    c.bias_dtype = static_cast<int>((*outputs)[2].dtype);
+  (p.deconv ? c.data : c.diff_dst) = g;
+  if (!convolve(p.op(), c, p.deconv ? AMP_CONV_FORWARD : AMP_CONV_BACKWARD_DATA)) return MX_FAIL;
+  // Weight gradient: data and output gradient exchange roles for the deconvolution.
+  AmpConv w = c;
+  w.weight = nullptr;
+  w.data = p.deconv ? g : x.data_ptr;
+  w.diff_dst = p.deconv ? x.data_ptr : g;
+  w.out = dw.data_ptr;
+  w.out_dtype = static_cast<int>(dw.dtype);
+  if (!p.no_bias && !p.deconv) {
+    w.diff_bias = (*outputs)[2].data_ptr;
+    w.bias_dtype = static_cast<int>((*outputs)[2].dtype);
   }
-  if (!convolve(c)) return MX_FAIL;
+  if (!convolve(p.op(), w, AMP_CONV_BACKWARD_WEIGHTS)) return MX_FAIL;
+  if (!p.no_bias && p.deconv) bias_gradient(g, dt, dy, &(*outputs)[2]);
   if (p.with_sum) {  // the addend's gradient: dy through the ReLU
     MXTensor& da = outputs->back();
     for (int64_t i = 0; i < da.size(); ++i) store(da.data_ptr, static_cast<int>(da.dtype), i, load(g, dt, i));
@@ -281,8 +378,15 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_convolution)
-    .setParseAttrs(mxnet_amp::conv_parse)
-    .setInferType(mxnet_amp::conv_infer_type)
-    .setInferShape(mxnet_amp::conv_infer_shape)
-    .setForward(mxnet_amp::conv_forward, "cpu")
-    .setBackward(mxnet_amp::conv_backward, "cpu");
+    .setParseAttrs(mxnet_amp::conv_parse<false>)
+    .setInferType(mxnet_amp::conv_infer_type<false>)
+    .setInferShape(mxnet_amp::conv_infer_shape<false>)
+    .setForward(mxnet_amp::conv_forward<false>, "cpu")
+    .setBackward(mxnet_amp::conv_backward<false>, "cpu");
+
+REGISTER_OP(amp_deconvolution)
+    .setParseAttrs(mxnet_amp::conv_parse<true>)
+    .setInferType(mxnet_amp::conv_infer_type<true>)
+    .setInferShape(mxnet_amp::conv_infer_shape<true>)
+    .setForward(mxnet_amp::conv_forward<true>, "cpu")
+    .setBackward(mxnet_amp::conv_backward<true>, "cpu");
