@@ -139,7 +139,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         it, as upstream, only the parameters of ops that follow low precision inputs (ops a replaced list
         dropped, see :class:`~mxnet.amp.policy.Policy`) are stored so.
     ctx : Context, optional
-        Device the model will run on (default CPU): decides emulation and fusion.
+        Device the model will run on (default: the current default context, ``mx.current_context()``, the
+        CPU unless set): decides emulation and fusion.
     fuse : bool, optional
         Fuse with the oneDNN subgraph backend before converting. Default: on for bfloat16 on CPU when MXNet
         has oneDNN (oneDNN's fused ops have no float16 kernels). With the parameters given, BatchNorm is
@@ -261,11 +262,12 @@ def _stacklevel_outside_package():
 
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, *legacy, cast_params_offline=False,
-                   ctx=None, fuse=None, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
+                   ctx=None, fuse=False, emulate=None, input_names=None, extra_lp16_ops=None, extra_fp32_ops=None,
                    keep_lp16_outputs=False, kernels="auto", **deprecated):
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
-    With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
+    As upstream's, the symbol's ops stay as they are, with casts around them: no oneDNN fusion unless
+    ``fuse=True`` (``None``: :func:`convert`'s default). With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
     dtype becomes a variable of that dtype (store its values accordingly). See :func:`convert` for the
     parameters. ``mxnet.contrib.amp``'s positional ``data_names, cast_optional_params`` after
     ``excluded_sym_names`` and its keyword names are accepted with a ``DeprecationWarning``.
@@ -530,8 +532,8 @@ def _check_params(params, where):
 
 def _device_type(ctx):
     import mxnet as mx
-    if ctx is None:
-        return "cpu"
+    if ctx is None:  # the default context, as in mx.test_utils.set_default_context or `with mx.gpu():`
+        ctx = mx.context.current_context()
     if not isinstance(ctx, mx.Context):
         raise TypeError("convert: ctx must be an mxnet Context such as mx.cpu() or mx.gpu(0), got %r" % (ctx,))
     if ctx.device_type not in ("cpu", "gpu"):
@@ -597,8 +599,8 @@ def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
     """Store parameters that are only read in one low precision dtype in that dtype; drop the casts.
 
     Returns ``(new graph dict, {name: storage dtype name})``. A parameter is stored in ``target`` when every
-    reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target``, and
-    in float16/bfloat16 when every reader is the user's own ``amp_cast`` to that dtype. A parameter only read
+    reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target`` or whose
+    inputs are all variables (``mxnet.contrib.amp`` narrows those), and in float16/bfloat16 when every reader is the user's own ``amp_cast`` to that dtype. A parameter only read
     through emulation rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32
     storage, rounded to ``target`` offline, and its rounding nodes disappear.
     """
@@ -632,11 +634,16 @@ def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
         elif len(cast_dtypes) == 1 and cast_dtypes <= {"float16", "bfloat16"}:  # the user's own casts
             alias.update({(c, 0): (vid, 0) for c in first})
             storage[node["name"]] = cast_dtypes.pop()
-        elif all(nodes[c]["op"] == "amp_multicast" for c in first):
+        elif all(nodes[c]["op"] == "amp_multicast" or _is_cast_to(nodes[c], target) for c in first):
+            # amp_multicast readers: those of variables only narrow them (mxnet.contrib.amp's rule for
+            # variables of unknown dtype), the others where the variable's output is of dtype target
             if dtypes is None:
                 dtypes = graph.infer_entry_dtypes(gdict, var_dtypes)
-            slots = [(c, k) for c in first for k, e in enumerate(nodes[c]["inputs"]) if e[0] == vid]
+            slots = [(c, k) for c in first if nodes[c]["op"] == "amp_multicast"
+                     and not all(nodes[src]["op"] == "null" for src, _, _ in nodes[c]["inputs"])
+                     for k, e in enumerate(nodes[c]["inputs"]) if e[0] == vid]
             if all(dtypes.get(slot) == target for slot in slots):
+                alias.update({(c, 0): (vid, 0) for c in first if nodes[c]["op"] == "amp_cast"})
                 storage[node["name"]] = target
     for name, dtype in storage.items():
         if dtype != "float32":

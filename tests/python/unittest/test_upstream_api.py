@@ -476,3 +476,53 @@ def test_convert_bucketing_module(offline):
         amp.convert_bucketing_module(mx.mod.BucketingModule(mod._sym_gen, 5), "bfloat16")
     with pytest.raises(TypeError, match="BucketingModule"):
         amp.convert_bucketing_module(mx.mod.Module(_cnn()), "bfloat16")
+
+
+def test_offline_casting_narrows_variables_that_meet_only_in_a_multicast():
+    # mxnet.contrib.amp's rule: an amp_multicast of variables only gives them the target dtype (also when one
+    # of them is the user's amp_cast to it); a multicast with a computed input keeps the widest dtype
+    data, data3 = mx.sym.var("data", dtype="float32"), mx.sym.var("data3", dtype="float32")
+    data2 = mx.sym.var("data2", dtype=BF16)
+    both = mx.sym.Group([mx.sym.amp_multicast(data, data2, num_outputs=2), mx.sym.amp_cast(data, dtype=BF16)])
+    low = amp.convert_symbol(both, "bfloat16", target_dtype_ops=[], fp32_ops=[], cast_params_offline=True)
+    exe = low.simple_bind(mx.cpu(), data=(1, 2), data2=(1, 2), grad_req="null")
+    assert [a.dtype for a in exe.arg_arrays] == [BF16, BF16]
+    mixed = mx.sym.amp_multicast(data, mx.sym.elemwise_add(data2, data3), num_outputs=2)
+    low = amp.convert_symbol(mixed, "bfloat16", target_dtype_ops=[], fp32_ops=[], cast_params_offline=True)
+    exe = low.simple_bind(mx.cpu(), data=(1, 2), data2=(1, 2), data3=(1, 2), grad_req="null")
+    assert exe.arg_arrays[0].dtype == np.float32
+    conflict = mx.sym.Group([mx.sym.amp_cast(data, dtype=BF16), mx.sym.amp_cast(data, dtype="float32")])
+    low = amp.convert_symbol(conflict, "bfloat16", cast_params_offline=True, input_names=[])
+    assert low.simple_bind(mx.cpu(), data=(1, 2), grad_req="null").arg_arrays[0].dtype == np.float32
+
+
+def test_convert_symbol_keeps_the_ops_and_convert_model_fuses():
+    # upstream's convert_symbol only inserts casts: mx.test_utils.same_symbol_structure against a hand-built
+    # graph holds wherever bfloat16 runs natively; convert_model and convert_hybrid_block fuse on CPU
+    x, y = mx.sym.var("x"), mx.sym.var("y")
+    res = mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True) + mx.sym.sin(y)
+    low = amp.convert_symbol(res, target_dtype="bfloat16", target_dtype_ops=["FullyConnected"], fp32_ops=["sin"])
+    expected = mx.sym.amp_cast(mx.sym.FullyConnected(mx.sym.amp_cast(x, dtype=BF16), mx.sym.amp_cast(y, dtype=BF16),
+                                                     num_hidden=10, no_bias=True), dtype="float32") + mx.sym.sin(y)
+    ops = [n["op"] for n in _nodes(low)]
+    assert "FullyConnected" in ops and not any(op.startswith("_sg_mkldnn") for op in ops)
+    if NATIVE_BF16:
+        assert mx.test_utils.same_symbol_structure(low, expected)
+    else:  # emulated: amp_round in place of the casts
+        assert ops.count("amp_round") == 3
+    if NATIVE_BF16 and mx.runtime.Features().is_enabled("MKLDNN"):
+        fused = amp.convert_symbol(res, "bfloat16", target_dtype_ops=["FullyConnected"], fp32_ops=["sin"],
+                                   fuse=True)
+        assert "_sg_mkldnn_fully_connected" in [n["op"] for n in _nodes(fused)]
+
+
+def test_conversion_targets_the_default_context():
+    # mx.test_utils.set_default_context(mx.gpu(0)) (or `with mx.Context(...)`) makes float16 conversions
+    # native, as upstream's GPU tests expect, without a GPU being needed to convert
+    sym = _cnn()
+    with mx.Context("gpu", 0):
+        low = amp.convert_symbol(sym, "float16")
+    ops = [n["op"] for n in _nodes(low)]
+    if native_support("float16", "gpu"):  # (MXNET_AMP_EMULATE=1 emulates everywhere)
+        assert "amp_round" not in ops and "amp_cast" in ops  # float16 runs natively on GPUs: no emulation
+    assert "amp_round" in [n["op"] for n in _nodes(amp.convert_symbol(sym, "float16"))]  # CPU: emulated
