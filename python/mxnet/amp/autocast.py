@@ -31,7 +31,7 @@ import numpy as np
 from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
-from . import graph
+from . import graph, lists
 from .policy import (DISABLED_ATTR, EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, make_policy,
                      mx_dtype)
 
@@ -230,7 +230,8 @@ def _patch_frontends(policy):
     wrappers = {}
     for module, attr, func, op in _frontend_ops():
         action = None if policy.is_conditional(op) else policy.action(op)
-        if action == NEUTRAL:
+        if action == NEUTRAL and not any(op in lists.float32_kernels(policy.target_dtype, dev)
+                                         for dev in ("cpu", "gpu")):
             continue
         if func not in wrappers:
             wrappers[func] = _wrap_op(func, op, action)
@@ -362,6 +363,8 @@ def _wrap_op(func, op, action):
         if not arrays:
             return func(*args, **kwargs)
         act = action or policy.action(op, _attributes(signature, args, kwargs))
+        if act == NEUTRAL:  # an op of lists.float32_kernels: float32 between casts where its kernel is slow
+            return _neutral_in_float32(policy, op, func, arrays, args, kwargs)
         convert = _converter(policy, op, act, arrays)
         if convert is None:
             return func(*args, **kwargs)
@@ -387,6 +390,20 @@ def _wrap_op(func, op, action):
     amp_op = functools.wraps(func)(amp_op)
     amp_op.__amp_original__ = func
     return amp_op
+
+
+def _neutral_in_float32(policy, op, func, arrays, args, kwargs):
+    """Run dtype-neutral ``func`` on float32 copies of its low precision inputs and cast its first output back,
+    where ``policy.neutral_in_float32`` says so (as the graph rewriter does); otherwise just run it."""
+    target = policy.target_dtype
+    if (kwargs.get("out") is not None or not policy.neutral_in_float32(op, arrays[0].context.device_type)
+            or not any(_dtype_name(x) == target for x in arrays)):
+        return func(*args, **kwargs)
+    args, kwargs = _map_arrays(lambda x: _to_dtype(x, "float32") if _dtype_name(x) == target else x, args, kwargs)
+    out = func(*args, **kwargs)
+    if isinstance(out, (list, tuple)):
+        return type(out)([_cast(out[0], target)] + list(out[1:]))
+    return _cast(out, target)
 
 
 def _library_call(kernel, func, args, kwargs):

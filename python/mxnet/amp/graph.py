@@ -320,9 +320,13 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
                 build.stats.lp16_modes[mode] += 1
                 action = FP32 if mode == FLOAT32 else action
             build.stats.actions[action] += 1
+        # A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first output
+        # is cast back, so that what follows sees the dtypes of the low precision graph.
+        f32_neutral = (action == NEUTRAL and node["op"] not in CAST_OPS and bool(inputs)
+                       and any(is_low(e) for e in inputs) and policy.neutral_in_float32(node["op"], device_type))
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.
-        defer = (action == NEUTRAL and inputs and unrounded.issuperset(inputs)
+        defer = (action == NEUTRAL and not f32_neutral and inputs and unrounded.issuperset(inputs)
                  and all(uses[(nid, idx)] == 1 for nid, idx, _ in node["inputs"])
                  and lists.commutes_with_rounding(node["op"], node.get("attrs"), gradient=not inference))
         if not defer:
@@ -338,7 +342,7 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
             inputs = [low(e, target) if want in (None, target) else
                       build.cast(e, want) if want in _FLOAT_RANK else e
                       for e, want in zip(inputs, wants)]
-        elif action == FP32:
+        elif action == FP32 or f32_neutral:
             inputs = [build.cast(e, "float32") for e in inputs]
         elif action == WIDEST:
             inputs = build.widest(inputs)
@@ -362,6 +366,11 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
                 unrounded.add((new_id, i))
             if carries_low:
                 lowish.add((new_id, i))
+        if f32_neutral:
+            back = build.cast((new_id, 0), target)
+            build.cast_source.pop(back, None)  # readers see a low precision tensor (widest-type casts too)
+            remap[(old_id, 0)] = back
+            lowish.add(back)
     heads = [settle(remap[(nid, idx)]) for nid, idx, _ in graph["heads"]]
     if not policy.keep_lp16_outputs:  # outputs in their original dtype, as from the float32 graph
         heads = [build.cast(new, "float32") if old_dtypes.get(tuple(old[:2])) in ("float32", None) else new

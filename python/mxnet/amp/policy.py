@@ -190,6 +190,13 @@ class Policy:
             return None
         return name if _onednn_loaded() else None
 
+    def neutral_in_float32(self, op, device_type):
+        """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``
+        (``lists.float32_kernels``: its low precision kernel is slower) where the graph runs natively there:
+        ``emulate=False``, or the default where the device runs the target dtype natively."""
+        native = self.emulate is False or (self.emulate is None and native_support(self.target_dtype, device_type))
+        return op in lists.float32_kernels(self.target_dtype, device_type) and native
+
     def emulation_kernel(self, op, device_type):
         """The op of this project's library that runs emulated op ``op`` on ``device_type`` (float32 on
         rounded values: ``lists.emulation_kernels``, where MXNet's kernel fails on them), or None.

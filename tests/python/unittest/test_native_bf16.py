@@ -16,7 +16,7 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
 from mxnet.amp import convert as C, graph, lists
-from mxnet.amp.policy import make_policy
+from mxnet.amp.policy import BFLOAT16 as BF16, make_policy
 
 from amp_testing import requires_native_bf16
 
@@ -270,3 +270,45 @@ def test_hardware_probe_gives_a_verdict_here():
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1].startswith("verdict: OK: every op the lists feed bfloat16")
+
+
+def _bn_graph():
+    x = mx.sym.var("data")
+    h = mx.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True, name="conv")
+    h = mx.sym.BatchNorm(h, fix_gamma=False, name="bn")
+    return mx.sym.FullyConnected(mx.sym.relu(h, name="relu"), num_hidden=3, name="fc")
+
+
+@pytest.mark.parametrize("emulate", [None, True])
+def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatch, emulate):
+    # lists.float32_kernels: MXNet's bfloat16 CPU BatchNorm is slower than its float32 one. The rewriter casts
+    # its input to float32 and its output back, so the graph after it is what it would be in bfloat16
+    # (upstream code reading the FullyConnected weight's dtype sees bfloat16); emulation is unchanged.
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    assert lists.float32_kernels("bfloat16", "cpu") >= {"BatchNorm", "_npx_batch_norm"}
+    assert not lists.float32_kernels("float16", "cpu") and not lists.float32_kernels("bfloat16", "gpu")
+    low, _ = graph.rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate), "cpu")
+    g = json.loads(low.tojson(remove_amp_cast=False))
+    nodes = g["nodes"]
+    dtypes = graph.infer_entry_dtypes(g, {})
+    bn = next(i for i, n in enumerate(nodes) if n["name"] == "bn")
+    relu = next(n for n in nodes if n["name"] == "relu")
+    relu_in = tuple(relu["inputs"][0][:2])
+    if emulate:
+        assert dtypes[tuple(nodes[bn]["inputs"][0][:2])] == "float32" and relu_in == (bn, 0)
+        return
+    assert dtypes[tuple(nodes[bn]["inputs"][0][:2])] == "float32"
+    assert nodes[relu_in[0]]["op"] == "amp_cast" and dtypes[relu_in] == "bfloat16"
+    assert nodes[relu_in[0]]["inputs"][0][0] == bn
+    fc = next(n for n in nodes if n["name"] == "fc")
+    assert {dtypes[tuple(e[:2])] for e in fc["inputs"]} == {"bfloat16"}
+    # the same imperatively under amp.init: BatchNorm sees float32, its output is bfloat16 again
+    real = mx.nd.BatchNorm
+    amp.init("bfloat16")
+    x = mx.nd.amp_cast(mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (2, 4, 3, 3))), dtype=BF16)
+    gamma, beta, mean, var = mx.nd.ones(4), mx.nd.zeros(4), mx.nd.zeros(4), mx.nd.ones(4)
+    y = mx.nd.BatchNorm(x, gamma, beta, mean, var, use_global_stats=True)
+    assert mx.nd.BatchNorm is not real and y.dtype == BF16
+    ref = real(mx.nd.amp_cast(x, dtype="float32"), gamma, beta, mean, var, use_global_stats=True)
+    np.testing.assert_array_equal(mx.nd.amp_cast(y, dtype="float32").asnumpy(),
+                                  mx.nd.amp_cast(mx.nd.amp_cast(ref, dtype=BF16), dtype="float32").asnumpy())

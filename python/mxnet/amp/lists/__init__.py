@@ -41,7 +41,7 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence",
+           "emulation_kernels", "float32_kernels", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence",
            "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
@@ -134,6 +134,7 @@ class _Table:
         self.fp32_param_ops = module.FP32_PARAM_OPS
         self.library_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                  for dev, ops in module.LIBRARY_KERNELS.items()})
+        self.float32_kernels = MappingProxyType({dev: frozenset(ops) for dev, ops in module.FLOAT32_KERNELS.items()})
         self.emulation_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                    for dev, ops in module.EMULATION_KERNELS.items()})
 
@@ -359,6 +360,18 @@ def emulation_kernels(dtype, device_type):
         For an unknown dtype or device type.
     """
     return _for_device(_table(dtype).emulation_kernels, device_type)
+
+
+def float32_kernels(dtype, device_type):
+    """Return the dtype-neutral ops that run in float32 between casts where ``device_type`` runs ``dtype``
+    natively: their low precision kernels work but are slower than their float32 ones.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(_table(dtype).float32_kernels, device_type)
 
 
 def is_library_kernel(op):

@@ -54,6 +54,9 @@ FP32_PARAM_OPS = None
 # MXNet op -> this project's kernel that replaces it (see bfloat16.py): none has float16 CPU kernels.
 LIBRARY_KERNELS = {"cpu": {}, "gpu": {}}
 
+# Dtype-neutral ops run in float32 between casts (see bfloat16.FLOAT32_KERNELS): none for float16.
+FLOAT32_KERNELS = {"cpu": (), "gpu": ()}
+
 # Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why.
 EMULATION_KERNELS = {
     "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
