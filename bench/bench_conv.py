@@ -13,12 +13,13 @@ fallbacks and oneDNN 3 uses reference kernels: the targets are for AVX-512-BF16 
 Usage: python bench/bench_conv.py [--repeat 5]  (MXNET_AMP_ONEDNN_THREADS=n: the library's OpenMP team)
 """
 import argparse
-import os
 import sys
 
 import numpy as np
 
-from timing import best_of
+from timing import best_of, cpu_banner, print_gflops
+
+BASELINES = ("mxnet fp32", "mxnet bf16")
 
 #: (label, batch, in channels, size, out channels, kernel, stride) of ResNet-50's convolutions (inference).
 RESNET50 = (
@@ -90,41 +91,15 @@ def conv_table(shapes, repeat, train):
     return rows
 
 
-def print_table(title, rows):
-    names = []
-    for _, cols in rows:
-        names += [c for c in cols if c not in names]
-    print("\n%s (GFLOP/s; higher is better)" % title)
-    print("%-22s | %s | ours / mxnet fp32 | ours / mxnet bf16" % ("layer", " | ".join("%14s" % c for c in names)))
-    total = {}
-    for label, cols in rows:
-        for c, v in cols.items():
-            total[c] = total.get(c, 0.0) + 1.0 / v  # seconds per GFLOP, summed: layers weigh by their time
-        print("%-22s | %s | %16.2fx | %16.2fx" % (
-            label, " | ".join("%14.1f" % cols[c] if c in cols else "%14s" % "-" for c in names),
-            cols.get("ours bf16", np.nan) / cols["mxnet fp32"], cols.get("ours bf16", np.nan) / cols["mxnet bf16"]))
-    if rows and "ours bf16" in total:
-        print("%-22s | %s" % ("harmonic mean", " | ".join("%14.1f" % (len(rows) / total[c]) for c in names)))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    import mxnet as mx
-    from mxnet.amp import _ext
-    from mxnet.amp.policy import native_support
-    flags = open("/proc/cpuinfo").read()
-    print("CPU: %s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
-        next((l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), "?"),
-        "yes" if "avx512_bf16" in flags else "no", "yes" if "amx_bf16" in flags else "no", os.cpu_count(),
-        os.getloadavg()[0]))
-    print("MXNet %s; bfloat16 natively: %s; this project's kernels: %s; MXNET_AMP_ONEDNN_THREADS=%s" % (
-        mx.__version__, native_support("bfloat16", "cpu"), _ext.onednn()[1],
-        os.environ.get("MXNET_AMP_ONEDNN_THREADS", "(unset)")))
-    print_table("ResNet-50 convolutions, forward, batch 16", conv_table(RESNET50, args.repeat, train=False))
-    print_table("ResNet-18 convolutions, forward + backward, batch 32, 64 x 64",
-                conv_table(RESNET18_TRAIN, args.repeat, train=True))
+    cpu_banner()
+    print_gflops("ResNet-50 convolutions, forward, batch 16", conv_table(RESNET50, args.repeat, train=False),
+                 "layer", BASELINES)
+    print_gflops("ResNet-18 convolutions, forward + backward, batch 32, 64 x 64",
+                 conv_table(RESNET18_TRAIN, args.repeat, train=True), "layer", BASELINES)
     return 0
 
 

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from timing import best_of
+from timing import best_of, cpu_banner, print_gflops
 
 TOKENS, SEQ = 2048, 128  # batch 16 x 128 tokens
 
@@ -108,18 +108,6 @@ def attention_table(repeat, batch):
     return rows
 
 
-def print_table(title, rows):
-    names = []
-    for _, cols in rows:
-        names += [c for c in cols if c not in names]
-    print("\n%s (GFLOP/s; higher is better)" % title)
-    print("%-28s | %s | ours / mxnet fp32" % ("shape", " | ".join("%15s" % c for c in names)))
-    for label, cols in rows:
-        ratio = cols["ours bf16"] / cols["mxnet fp32"] if "ours bf16" in cols else float("nan")
-        print("%-28s | %s | %.2fx" % (label, " | ".join("%15.1f" % cols[c] if c in cols else "%15s" % "-"
-                                                          for c in names), ratio))
-
-
 def block_table(batch, repeat):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_inference as bi
@@ -148,23 +136,15 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--skip-block", action="store_true", help="only the GEMM tables")
     args = parser.parse_args(argv)
-    import mxnet as mx
-    from mxnet.amp import _ext
-    from mxnet.amp.policy import native_support
-    flags = open("/proc/cpuinfo").read()
-    print("CPU: %s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
-        next((l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), "?"),
-        "yes" if "avx512_bf16" in flags else "no", "yes" if "amx_bf16" in flags else "no", os.cpu_count(),
-        os.getloadavg()[0]))
-    print("MXNet %s; bfloat16 natively: %s; this project's kernels: %s" % (
-        mx.__version__, native_support("bfloat16", "cpu"), "%s" % (_ext.onednn()[1],)))
-    if "avx512_bf16" not in flags:
+    has_bf16 = cpu_banner()
+    if not has_bf16:
         print("note: no avx512_bf16 here -- bfloat16 runs oneDNN's slower paths; run this on an AVX-512-BF16 "
               "CPU for the targets (bf16 FullyConnected >= 800 GFLOP/s, block >= 3x fp32)")
     tokens = args.batch * SEQ
-    print_table("FullyConnected, %d rows (batch %d x %d tokens)" % (tokens, args.batch, SEQ),
-                fc_table(args.repeat, tokens))
-    print_table("batch_dot per attention head, batch %d" % args.batch, attention_table(args.repeat, args.batch))
+    print_gflops("FullyConnected, %d rows (batch %d x %d tokens)" % (tokens, args.batch, SEQ),
+                 fc_table(args.repeat, tokens), "shape")
+    print_gflops("batch_dot per attention head, batch %d" % args.batch, attention_table(args.repeat, args.batch),
+                 "shape")
     if not args.skip_block:
         block_table(args.batch, max(3, args.repeat // 2))
     return 0

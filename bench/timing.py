@@ -49,3 +49,41 @@ def best_of(variants, repeat, inner=3):
                 func()
             best[name] = min(best[name], (time.perf_counter() - start) / inner)
     return best
+
+
+def cpu_banner():
+    """Print the CPU (bfloat16 / AMX flags, cores, load), MXNet and this project's oneDNN 3 kernels; return
+    whether the CPU has avx512_bf16."""
+    import os
+    import mxnet as mx
+    from mxnet.amp import _ext
+    from mxnet.amp.policy import native_support
+    flags = open("/proc/cpuinfo").read()
+    print("CPU: %s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
+        next((l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), "?"),
+        "yes" if "avx512_bf16" in flags else "no", "yes" if "amx_bf16" in flags else "no", os.cpu_count(),
+        os.getloadavg()[0]))
+    print("MXNet %s; bfloat16 natively: %s; this project's kernels: %s; MXNET_AMP_ONEDNN_THREADS=%s" % (
+        mx.__version__, native_support("bfloat16", "cpu"), _ext.onednn()[1],
+        os.environ.get("MXNET_AMP_ONEDNN_THREADS", "(unset)")))
+    return "avx512_bf16" in flags
+
+
+def print_gflops(title, rows, first, baselines=("mxnet fp32",)):
+    """Print ``[(label, {variant: GFLOP/s})]`` as a table headed ``first``, with the ratio of 'ours bf16' to
+    each of ``baselines``, and the harmonic mean of each column (layers weigh by their time)."""
+    names = []
+    for _, cols in rows:
+        names += [c for c in cols if c not in names]
+    print("\n%s (GFLOP/s; higher is better)" % title)
+    print("%-28s | %s | %s" % (first, " | ".join("%15s" % c for c in names),
+                               " | ".join("ours / %s" % b for b in baselines)))
+    for label, cols in rows:
+        ratios = [cols["ours bf16"] / cols[b] if "ours bf16" in cols and b in cols else float("nan")
+                  for b in baselines]
+        values = " | ".join("%15.1f" % cols[c] if c in cols else "%15s" % "-" for c in names)
+        print("%-28s | %s | %s" % (label, values, " | ".join("%*.2fx" % (len("ours / %s" % b) - 1, r)
+                                                             for b, r in zip(baselines, ratios))))
+    if len(rows) > 1 and all(c in cols for _, cols in rows for c in names):
+        print("%-28s | %s" % ("harmonic mean", " | ".join(
+            "%15.1f" % (len(rows) / sum(1.0 / cols[c] for _, cols in rows)) for c in names)))

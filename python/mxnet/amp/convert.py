@@ -267,10 +267,11 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     """Return ``sym`` converted to mixed precision (no parameters involved).
 
     As upstream's, the symbol's ops stay as they are, with casts around them: no oneDNN fusion unless
-    ``fuse=True`` (``None``: :func:`convert`'s default). With ``cast_params_offline=True`` every variable not in ``input_names`` whose readers all want the target
-    dtype becomes a variable of that dtype (store its values accordingly). See :func:`convert` for the
-    parameters. ``mxnet.contrib.amp``'s positional ``data_names, cast_optional_params`` after
-    ``excluded_sym_names`` and its keyword names are accepted with a ``DeprecationWarning``.
+    ``fuse=True`` (``None``: :func:`convert`'s default). With ``cast_params_offline=True`` every variable not
+    in ``input_names`` whose readers all want the target dtype becomes a variable of that dtype (store its
+    values accordingly). See :func:`convert` for the parameters. ``mxnet.contrib.amp``'s positional
+    ``data_names, cast_optional_params`` after ``excluded_sym_names`` and its keyword names are accepted with a
+    ``DeprecationWarning``.
 
     Example
     -------
@@ -600,9 +601,10 @@ def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
 
     Returns ``(new graph dict, {name: storage dtype name})``. A parameter is stored in ``target`` when every
     reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target`` or whose
-    inputs are all variables (``mxnet.contrib.amp`` narrows those), and in float16/bfloat16 when every reader is the user's own ``amp_cast`` to that dtype. A parameter only read
-    through emulation rounding (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32
-    storage, rounded to ``target`` offline, and its rounding nodes disappear.
+    inputs are all variables (``mxnet.contrib.amp`` narrows those), and in float16/bfloat16 when every reader
+    is the user's own ``amp_cast`` to that dtype. A parameter only read through emulation rounding
+    (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32 storage, rounded to ``target``
+    offline, and its rounding nodes disappear.
     """
     nodes = gdict["nodes"]
     readers = {}

@@ -1,5 +1,6 @@
-"""Shared by the tests: NumPy references for rounding to the low precision types exactly as MXNet does, and
-the marker for tests of the native bfloat16 path."""
+"""Shared by the tests: NumPy references for rounding to the low precision types exactly as MXNet does, the
+marker for tests of the native bfloat16 path, and checks of the library's oneDNN 3 kernels (accumulation
+tolerance, finite differences)."""
 import numpy as np
 import pytest
 
@@ -30,3 +31,24 @@ def fp16_round(values):
 def lp_round(values, dtype):
     """Round to ``dtype`` ('bfloat16' or 'float16'), returned as float32."""
     return bf16_round(values) if dtype == "bfloat16" else fp16_round(values)
+
+
+def assert_accumulated(got, ref, magnitude, k, out_dtype):
+    """|got - ref| within float32 accumulation over ``k`` terms of scale ``magnitude`` (the sum of |terms|),
+    plus the rounding of a bfloat16 output; ``ref`` is a float64 reference on the rounded operands."""
+    tol = 4 * k * 2.0 ** -24 * magnitude + 1e-30
+    if out_dtype == "bfloat16":
+        tol = tol + 2.0 ** -8 * np.abs(ref)
+    err = np.abs(got.astype(np.float64) - ref)
+    assert (err <= tol).all(), "max error %.3g (tolerance %.3g)" % (err.max(), np.max(tol))
+
+
+def central_differences(loss, values, i, step):
+    """d loss / d values[i] by central differences with ``step``, elementwise (``loss`` takes the list)."""
+    fd = np.zeros_like(values[i])
+    for idx in np.ndindex(*values[i].shape):
+        plus, minus = [u.copy() for u in values], [u.copy() for u in values]
+        plus[i][idx] += step / 2
+        minus[i][idx] -= step / 2
+        fd[idx] = (loss(plus) - loss(minus)) / step
+    return fd

@@ -18,7 +18,7 @@ from mxnet.gluon import nn
 from mxnet.amp import _ext, convert as C, graph
 from mxnet.amp.policy import BFLOAT16, make_policy
 
-from amp_testing import bf16_round
+from amp_testing import assert_accumulated, bf16_round, central_differences
 
 ONEDNN, ONEDNN_INFO = _ext.onednn()
 requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
@@ -64,14 +64,6 @@ def _reference(x, w, b, stride, pad, dilate, groups):
     return y, mag, cg * int(np.prod(w.shape[2:]))
 
 
-def _check(got, ref, mag, k, out_dtype):
-    tol = 4 * k * 2.0 ** -24 * mag + 1e-30
-    if out_dtype == "bfloat16":
-        tol = tol + 2.0 ** -8 * np.abs(ref)
-    err = np.abs(got.astype(np.float64) - ref)
-    assert (err <= tol).all(), "max error %.3g (tolerance %.3g)" % (err.max(), np.max(tol))
-
-
 CASES = [  # data shape, num_filter, kernel, stride, pad, dilate, groups
     ((2, 8, 9, 9), 16, (3, 3), (1, 1), (1, 1), (1, 1), 1),
     ((2, 16, 8, 8), 32, (1, 1), (2, 2), (0, 0), (1, 1), 1),   # ResNet's downsample: floor leaves the edge short
@@ -98,7 +90,7 @@ def test_convolution_matches_numpy(case, dtype, no_bias):
     y = mx.nd.amp_convolution(*[cast(v) for v in (x, w, b) if v is not None], **attrs)
     ref, mag, k = _reference(rounded(x), rounded(w), None if b is None else rounded(b), stride, pad, dilate, groups)
     assert y.shape == ref.shape and y.dtype == (BFLOAT16 if dtype == "bfloat16" else np.float32)
-    _check(_np(y), ref, mag, k, dtype)
+    assert_accumulated(_np(y), ref, mag, k, dtype)
     mxnet = mx.nd.Convolution(*[mx.nd.array(rounded(v)) for v in (x, w, b) if v is not None], **attrs)
     assert mxnet.shape == y.shape  # MXNet's shape rule
 
@@ -115,7 +107,7 @@ def test_fused_residual_sum_and_relu(out_dtype):
     assert y.dtype == (np.float32 if out_dtype == "float32" else BFLOAT16)
     ref, mag, k = _reference(bf16_round(x), bf16_round(w), bf16_round(b), (1, 1), (1, 1), (1, 1), 1)
     added = addend if out_dtype == "float32" else bf16_round(addend)
-    _check(_np(y), np.maximum(ref + added, 0), mag + np.abs(added), k, out_dtype)
+    assert_accumulated(_np(y), np.maximum(ref + added, 0), mag + np.abs(added), k, out_dtype)
 
 
 @requires_onednn3
@@ -164,14 +156,9 @@ def test_gradients_match_finite_differences(fused):
     def loss(vals):
         y = mx.nd.amp_convolution(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64)
         return float((y * head).sum())
-    for i, v in enumerate(values):
-        fd = np.zeros_like(v)
-        for idx in np.ndindex(*v.shape):
-            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
-            plus[i][idx] += step / 2
-            minus[i][idx] -= step / 2
-            fd[idx] = (loss(plus) - loss(minus)) / step
-        np.testing.assert_allclose(grads[i].asnumpy(), fd, rtol=2e-3, atol=2e-3, err_msg="input %d" % i)
+    for i in range(len(values)):
+        np.testing.assert_allclose(grads[i].asnumpy(), central_differences(loss, values, i, step), rtol=2e-3,
+                                   atol=2e-3, err_msg="input %d" % i)
 
 
 @requires_onednn3
@@ -236,7 +223,7 @@ def test_deconvolution_matches_numpy_and_mxnet(case, dtype):
     y = mx.nd.amp_deconvolution(cast(x), cast(w), cast(b), **attrs)
     ref, mag, k = _deconv_reference(rounded(x), rounded(w), rounded(b), stride, pad, dilate, adj, groups)
     assert y.shape == ref.shape
-    _check(_np(y), ref, mag, k, dtype)
+    assert_accumulated(_np(y), ref, mag, k, dtype)
     mxnet = mx.nd.Deconvolution(*[mx.nd.array(rounded(v)) for v in (x, w, b)], **attrs).asnumpy()
     np.testing.assert_allclose(mxnet, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())  # the same op as MXNet's
 
@@ -249,7 +236,7 @@ def test_deconvolution_target_shape_and_errors():
     y = mx.nd.amp_deconvolution(x, w, kernel=(3, 3), stride=(2, 2), target_shape=(10, 10), num_filter=2)
     ref, mag, k = _deconv_reference(_np(x), _np(w), None, (2, 2), (1, 1), (1, 1), (1, 1), 1)
     assert y.shape == ref.shape == (1, 2, 10, 10)
-    _check(_np(y), ref, mag, k, "bfloat16")
+    assert_accumulated(_np(y), ref, mag, k, "bfloat16")
     with pytest.raises(mx.base.MXNetError, match="adj \\(2\\) must be smaller than stride \\(2\\)"):
         mx.nd.amp_deconvolution(x, w, kernel=(3, 3), stride=(2, 2), adj=(2, 2), num_filter=2).wait_to_read()
     with pytest.raises(mx.base.MXNetError, match="fused activations and sums are not supported"):
@@ -274,14 +261,9 @@ def test_deconvolution_gradients_match_finite_differences():
     def loss(vals):
         y = mx.nd.amp_deconvolution(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64)
         return float((y * head).sum())
-    for i, v in enumerate(values):
-        fd = np.zeros_like(v)
-        for idx in np.ndindex(*v.shape):
-            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
-            plus[i][idx] += 0.25
-            minus[i][idx] -= 0.25
-            fd[idx] = (loss(plus) - loss(minus)) / 0.5
-        np.testing.assert_allclose(arrays[i].grad.asnumpy(), fd, rtol=2e-3, atol=2e-3, err_msg="input %d" % i)
+    for i in range(len(values)):
+        np.testing.assert_allclose(arrays[i].grad.asnumpy(), central_differences(loss, values, i, 0.5), rtol=2e-3,
+                                   atol=2e-3, err_msg="input %d" % i)
 
 
 # ---- routing and fusion --------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from mxnet.gluon import nn
 from mxnet.amp import _ext, convert as C, graph
 from mxnet.amp.policy import BFLOAT16, FLOAT32, KERNELS, NATIVE, make_policy
 
-from amp_testing import bf16_round
+from amp_testing import assert_accumulated, bf16_round, central_differences
 
 ONEDNN, ONEDNN_INFO = _ext.onednn()
 requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
@@ -38,15 +38,6 @@ def _np(arr):
 
 def _values(*shape):
     return RNG.uniform(-1, 1, shape).astype(np.float32)
-
-
-def _check(got, ref, magnitude, k, out_dtype):
-    """|got - ref| within float32 accumulation over k terms (+ bfloat16 rounding of a bfloat16 output)."""
-    tol = 4 * k * 2.0 ** -24 * magnitude + 1e-30
-    if out_dtype == "bfloat16":
-        tol = tol + 2.0 ** -8 * np.abs(ref)
-    err = np.abs(got.astype(np.float64) - ref)
-    assert (err <= tol).all(), "max error %.3g (tolerance %.3g)" % (err.max(), np.max(tol))
 
 
 def _fc_reference(x, w, b, flatten):
@@ -76,7 +67,7 @@ def test_fully_connected_matches_numpy(shape, hidden, flatten, no_bias, out_dtyp
     ref, mag, k = _fc_reference(x, w, b, flatten)
     assert y.shape == ref.shape
     assert (y.dtype == np.float32) == (out_dtype == "float32")
-    _check(_np(y), ref, mag, k, out_dtype or "bfloat16")
+    assert_accumulated(_np(y), ref, mag, k, out_dtype or "bfloat16")
 
 
 @requires_onednn3
@@ -90,7 +81,7 @@ def test_batch_dot_matches_numpy(ta, tb, b, m, k, n):
     la = bf16_round(a).astype(np.float64)
     lc = bf16_round(c).astype(np.float64)
     la, lc = (la.transpose(0, 2, 1) if ta else la), (lc.transpose(0, 2, 1) if tb else lc)
-    _check(y.asnumpy(), la @ lc, np.abs(la) @ np.abs(lc), k, "float32")
+    assert_accumulated(y.asnumpy(), la @ lc, np.abs(la) @ np.abs(lc), k, "float32")
     assert _bf16(a).dtype == mx.nd.amp_batch_dot(_bf16(a), _bf16(c), transpose_a=ta, transpose_b=tb).dtype
 
 
@@ -103,7 +94,7 @@ def test_matmul_broadcasts_like_numpy(sa, sb):
     la, lc = bf16_round(a).astype(np.float64), bf16_round(c).astype(np.float64)
     ref = np.matmul(la, lc)
     assert y.shape == ref.shape
-    _check(y.asnumpy(), ref, np.matmul(np.abs(la), np.abs(lc)), sa[-1], "float32")
+    assert_accumulated(y.asnumpy(), ref, np.matmul(np.abs(la), np.abs(lc)), sa[-1], "float32")
 
 
 @requires_onednn3
@@ -113,7 +104,7 @@ def test_fused_relu_matches_fully_connected_then_relu():
     y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], mx.nd.array(head), num_hidden=33,
                      act_type="relu", out_dtype="float32")
     ref, mag, k = _fc_reference(x, w, b, True)
-    _check(y.asnumpy(), np.maximum(ref, 0), mag, k, "float32")
+    assert_accumulated(y.asnumpy(), np.maximum(ref, 0), mag, k, "float32")
     rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
     for a in rounded:
         a.attach_grad()
@@ -134,13 +125,13 @@ def test_offset_views_and_float32_operands():
     w = _values(9, 129)
     y = mx.nd.amp_fully_connected(view, _bf16(w), num_hidden=9, no_bias=True, flatten=False, out_dtype="float32")
     ref, mag, k = _fc_reference(big[2:5], w, None, False)
-    _check(y.asnumpy(), ref, mag, k, "float32")
+    assert_accumulated(y.asnumpy(), ref, mag, k, "float32")
     # float32 operands: a float32 product (no rounding of the operands)
     y32 = mx.nd.amp_fully_connected(mx.nd.array(big[2:5]), mx.nd.array(w), num_hidden=9, no_bias=True,
                                     flatten=False)
     assert y32.dtype == np.float32
     ref32 = big[2:5].astype(np.float64) @ w.T.astype(np.float64)
-    _check(y32.asnumpy(), ref32, np.abs(big[2:5]) @ np.abs(w.T), 129, "float32")
+    assert_accumulated(y32.asnumpy(), ref32, np.abs(big[2:5]) @ np.abs(w.T), 129, "float32")
 
 
 @requires_onednn3
@@ -184,14 +175,9 @@ def test_gradients_match_finite_differences(case):
 
     def loss(vals):
         return float((op(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64) * head).sum())
-    for i, v in enumerate(values):
-        fd = np.zeros_like(v)
-        for idx in np.ndindex(*v.shape):
-            plus, minus = [u.copy() for u in values], [u.copy() for u in values]
-            plus[i][idx] += 0.5
-            minus[i][idx] -= 0.5
-            fd[idx] = loss(plus) - loss(minus)
-        np.testing.assert_allclose(grads[i].asnumpy(), fd, rtol=1e-4, atol=1e-4, err_msg="input %d" % i)
+    for i in range(len(values)):
+        np.testing.assert_allclose(grads[i].asnumpy(), central_differences(loss, values, i, 1.0), rtol=1e-4,
+                                   atol=1e-4, err_msg="input %d" % i)
 
 
 @requires_onednn3
@@ -380,11 +366,11 @@ def test_amp_init_imperative_calls_run_the_library_kernels(monkeypatch):
     y = mx.nd.batch_dot(mx.nd.array(a), mx.nd.array(c))
     assert y.dtype == BFLOAT16  # MXNet's batch_dot has no bfloat16 kernel: this is amp_batch_dot
     ref = bf16_round(a).astype(np.float64) @ bf16_round(c).astype(np.float64)
-    _check(_np(y), ref, np.abs(ref), 7, "bfloat16")
+    assert_accumulated(_np(y), ref, np.abs(ref), 7, "bfloat16")
     mx.npx.set_np()
     z = mx.np.matmul(mx.np.array(a), mx.np.array(c[0]))
     assert isinstance(z, mx.np.ndarray) and z.shape == (2, 5, 3)
-    _check(_np(z.as_nd_ndarray()), bf16_round(a).astype(np.float64) @ bf16_round(c[0]).astype(np.float64),
+    assert_accumulated(_np(z.as_nd_ndarray()), bf16_round(a).astype(np.float64) @ bf16_round(c[0]).astype(np.float64),
            np.abs(ref), 7, "bfloat16")
 
 
@@ -451,4 +437,4 @@ def test_thread_count_setting_gives_the_same_products():
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     for threads in ("1", "2"):
         result, _ = _child(MXNET_AMP_ONEDNN_THREADS=threads, AMP_TEST_FC=json.dumps([x.tolist(), w.tolist()]))
-        _check(np.array(result["fc"]), ref, np.abs(x) @ np.abs(w.T), 65, "float32")
+        assert_accumulated(np.array(result["fc"]), ref, np.abs(x) @ np.abs(w.T), 65, "float32")
