@@ -9,7 +9,8 @@ graphs, so both follow one set of lists. Conversion adds three things on top:
   dtype is stored in that dtype and its cast disappears; parameters some reader needs in float32 (BatchNorm
   statistics, say) stay float32. A shared parameter is stored and cast once. In an *emulated* graph (no low
   precision kernels on the device, see :meth:`~mxnet.amp.policy.Policy.emulates`) the parameter is stored
-  in float32, already rounded to the target dtype, and its rounding node disappears.
+  in the target dtype too and read through an exact cast to float32 (numpy-mode bfloat16 models, whose
+  arrays cannot be bfloat16 in MXNet 1.9.1: in float32, already rounded, without a rounding node).
 * **A summary** (:class:`ConversionSummary`): casts in the graph, ops per precision, parameter bytes.
 """
 from dataclasses import dataclass, replace
@@ -213,7 +214,10 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         offline = _read_only_by(sym, stats.followed) & (
             set(params) if input_names is None else set(sym.list_inputs()) - set(input_names))
     if offline:
-        gdict, storage = _cast_params_in_graph(gdict, offline, policy.target_dtype, var_dtypes)
+        # numpy-mode arrays cannot be bfloat16 in MXNet 1.9.1: emulated numpy-mode models keep float32 storage
+        numpy = isinstance(sym, mx.sym.np._Symbol)
+        emulated_storage = "float32" if numpy and policy.target_dtype == "bfloat16" else policy.target_dtype
+        gdict, storage = _cast_params_in_graph(gdict, offline, policy.target_dtype, var_dtypes, emulated_storage)
         params_cast = _cast_arrays({n: params[n] for n in storage if n in params}, storage, policy.target_dtype)
         params_cast.update({n: None for n in storage if n not in params})  # convert_symbol: no arrays
     known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
@@ -596,15 +600,16 @@ def _policy_for_fused_nodes(sym, policy):
                    lp16_ops=None if policy.lp16_ops is None else policy.lp16_ops + tuple(sorted(lp16)))
 
 
-def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
+def _cast_params_in_graph(gdict, param_names, target, var_dtypes, emulated_storage):
     """Store parameters that are only read in one low precision dtype in that dtype; drop the casts.
 
     Returns ``(new graph dict, {name: storage dtype name})``. A parameter is stored in ``target`` when every
     reader casts it to ``target`` or is an ``amp_multicast`` whose output for it is of dtype ``target`` or whose
     inputs are all variables (``mxnet.contrib.amp`` narrows those), and in float16/bfloat16 when every reader
     is the user's own ``amp_cast`` to that dtype. A parameter only read through emulation rounding
-    (``amp_round``, or an ``amp_cast`` to ``target`` and back) keeps float32 storage, rounded to ``target``
-    offline, and its rounding nodes disappear.
+    (``amp_round``, or an ``amp_cast`` to ``target`` and back) is stored in ``emulated_storage``: ``target``, as
+    upstream stores it, read through an exact ``amp_cast`` to float32 (half the memory, the same values), or
+    float32 holding the rounded values, its rounding nodes gone.
     """
     nodes = gdict["nodes"]
     readers = {}
@@ -621,15 +626,20 @@ def _cast_params_in_graph(gdict, param_names, target, var_dtypes):
         if not first:
             continue
         cast_dtypes = {nodes[c]["attrs"]["dtype"] if nodes[c]["op"] == "amp_cast" else None for c in first}
-        if all(_is_round(nodes[c], target) for c in first):
-            alias.update({(c, 0): (vid, 0) for c in first})
-            storage[node["name"]] = "float32"
+        if all(_is_round(nodes[c], target) for c in first):  # emulation
+            if emulated_storage == "float32":
+                alias.update({(c, 0): (vid, 0) for c in first})
+            else:  # read in float32, exactly
+                for c in first:
+                    nodes[c] = dict(nodes[c], op="amp_cast", attrs={"dtype": "float32"})
+            storage[node["name"]] = emulated_storage
         elif cast_dtypes == {target}:
             ups = [r for c in first for r in readers.get(c, [])]
             if len(first) == 1 and ups and all(_is_cast_to(nodes[u], "float32") for u in ups):
-                alias.update({(u, 0): (vid, 0) for u in ups})  # an amp_cast round trip
-                alias[(first[0], 0)] = (vid, 0)
-                storage[node["name"]] = "float32"
+                alias[(first[0], 0)] = (vid, 0)  # an amp_cast round trip
+                if emulated_storage == "float32":
+                    alias.update({(u, 0): (vid, 0) for u in ups})
+                storage[node["name"]] = emulated_storage
             else:
                 alias.update({(c, 0): (vid, 0) for c in first})
                 storage[node["name"]] = target
