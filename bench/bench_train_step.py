@@ -3,7 +3,13 @@
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
 alternate and repeat, and the table shows the median step time and its ratio to fp32 (speed-up > 1 is faster).
 
-    python bench/bench_train_step.py [--repeats 3] [--steps 5] [--batch 32] [--size 64]
+``--profile`` runs each configuration once more under MXNet's profiler (operator bulking off, so that every op
+is timed on its own) and oneDNN's verbose mode, and prints per step: milliseconds in forward ops, backward ops,
+casts, the finite check, the optimizer and the rest (the step's wall time minus those: engine, Python), the
+number of cast calls and the number of oneDNN reorders (MXNet's oneDNN 2 and this project's oneDNN 3 counted
+together). Run it on an AVX-512-BF16 CPU and elsewhere to compare.
+
+    python bench/bench_train_step.py [--repeats 3] [--steps 5] [--batch 32] [--size 64] [--profile]
 """
 import argparse
 import json
@@ -14,9 +20,60 @@ import sys
 import time
 
 CONFIGS = ("fp32", "contrib_bf16", "amp_bf16")
+#: Step-profile columns, in print order; an op is counted in the first category whose test it passes.
+CATEGORIES = ("forward", "backward", "casts", "check", "optimizer")
+_CASTS = ("amp_cast", "amp_multicast", "amp_round", "amp_multi_cast", "amp_multi_widest_cast")
+_CHECKS = ("amp_multi_unscale_check", "multi_all_finite", "all_finite")
 
 
-def _child(config, steps, batch, size):
+def category(op):
+    """The step-profile category of MXNet profiler row ``op`` (None: not an operator, e.g. a C API call)."""
+    if op.startswith("MX") or op.startswith("Memory") or op in ("", "Name"):
+        return None
+    base = op[len("_backward_"):] if op.startswith("_backward_") else op
+    if base in _CASTS:
+        return "casts"
+    if base in _CHECKS:
+        return "check"
+    if op.endswith("_update"):
+        return "optimizer"
+    return "backward" if op.startswith("_backward") or op == "add_n" else "forward"
+
+
+def _profiled(step, steps):
+    """Per step: {category: ms}, wall ms, cast calls and oneDNN reorders, over ``steps`` profiled steps."""
+    import ctypes
+    from mxnet import profiler
+    libc = ctypes.CDLL(None)
+    profiler.set_config(profile_all=True, aggregate_stats=True)
+    sys.stdout.flush()
+    libc.fflush(None)
+    print("@@profile-begin", flush=True)
+    profiler.set_state("run")
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    wall = (time.perf_counter() - start) / steps * 1e3
+    profiler.set_state("stop")
+    libc.fflush(None)
+    print("@@profile-end", flush=True)
+    ms, casts = dict.fromkeys(CATEGORIES, 0.0), 0
+    for line in profiler.dumps(reset=True).splitlines():
+        parts = line.split()
+        if len(parts) < 6:
+            continue
+        try:
+            count, total = int(parts[-5]), float(parts[-4])
+        except ValueError:
+            continue
+        cat = category(" ".join(parts[:-5]))
+        if cat is not None:
+            ms[cat] += total / steps
+            casts += count / steps if cat == "casts" else 0
+    return {"ms": ms, "wall_ms": wall, "casts": casts}
+
+
+def _child(config, steps, batch, size, profile=False):
     import mxnet as mx
     from mxnet import autograd, gluon
     from mxnet.gluon.model_zoo import vision
@@ -53,6 +110,9 @@ def _child(config, steps, batch, size):
         trainer.step(batch)
         mx.nd.waitall()
     step()  # warm-up: graph build, kernel selection
+    if profile:
+        step()
+        return _profiled(step, steps)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -61,13 +121,25 @@ def _child(config, steps, batch, size):
     return statistics.median(times)
 
 
-def _run_child(config, args):
+def _run_child(config, args, profile=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", config, "--steps", str(args.steps),
-           "--batch", str(args.batch), "--size", str(args.size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+           "--batch", str(args.batch), "--size", str(args.size)] + (["--profile"] if profile else [])
+    env = dict(os.environ)
+    if profile:  # every op timed on its own; oneDNN 2 (MXNet) and 3 (this project) print each primitive run
+        env.update(MXNET_EXEC_BULK_EXEC_TRAIN="0", MXNET_EXEC_BULK_EXEC_INFERENCE="0", DNNL_VERBOSE="1",
+                   ONEDNN_VERBOSE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    inside, reorders = False, 0
     for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            return json.loads(line)
+        if line.startswith("@@profile-"):
+            inside = line == "@@profile-begin"
+        elif inside and ",exec," in line and ",reorder," in line:
+            reorders += 1
+        elif line.startswith("{"):
+            row = json.loads(line)
+            if profile and "error" not in row:
+                row["reorders"] = reorders / args.steps
+            return row
     tail = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
     return {"config": config, "error": tail[:160]}
 
@@ -79,11 +151,13 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--child", choices=CONFIGS)
+    parser.add_argument("--profile", action="store_true", help="also print a per-step time split")
     args = parser.parse_args()
     if args.child:
         try:
-            seconds = _child(args.child, args.steps, args.batch, args.size)
-            print(json.dumps({"config": args.child, "seconds": seconds}))
+            result = _child(args.child, args.steps, args.batch, args.size, args.profile)
+            print(json.dumps(dict(result, config=args.child) if args.profile
+                             else {"config": args.child, "seconds": result}))
         except Exception as err:  # report the peer's failure as a row instead of a traceback
             print(json.dumps({"config": args.child, "error": ("%s: %s" % (type(err).__name__, err))[:160]}))
         return
@@ -107,6 +181,23 @@ def main():
             print("%-14s %12.4f %16s" % (config, med, ratio))
         else:
             print("%-14s %12s %16s  %s" % (config, "failed", "-", errors.get(config, "")))
+    if args.profile:
+        print_profile([_run_child(config, args, profile=True) for config in CONFIGS])
+
+
+def print_profile(rows):
+    """The ``--profile`` table: ms per step by category, wall time, casts and oneDNN reorders per step."""
+    print("\nstep profile (ms per step; MXNet profiler, bulking off, so slower than the timed steps above)")
+    print("%-14s %s %9s %8s %10s" % ("config", " ".join("%9s" % c for c in CATEGORIES + ("rest",)), "wall",
+                                      "casts", "reorders"))
+    for row in rows:
+        if "error" in row:
+            print("%-14s failed: %s" % (row["config"], row["error"]))
+            continue
+        rest = row["wall_ms"] - sum(row["ms"].values())
+        print("%-14s %s %9.1f %8.0f %10.0f" % (row["config"], " ".join("%9.1f" % v for v in
+                                                                          [row["ms"][c] for c in CATEGORIES] + [rest]),
+                                               row["wall_ms"], row["casts"], row["reorders"]))
 
 
 if __name__ == "__main__":
