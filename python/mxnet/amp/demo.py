@@ -16,7 +16,7 @@ __all__ = ["DemoConfig", "load_digits_split", "build_cnn", "train", "run_demo", 
 class DemoConfig:
     """Settings of the demo run."""
 
-    epochs: int = 6
+    epochs: int = 12  # both runs converge (at 6 a bfloat16 run can sit in a transient dip: 0.85 vs 0.97)
     batch_size: int = 64
     learning_rate: float = 0.05
     dtype: str = None  # None: float16 when MXNet has a GPU, else bfloat16
