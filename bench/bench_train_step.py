@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CONFIGS = ("fp32", "contrib_bf16", "amp_bf16")
@@ -45,7 +46,9 @@ def _profiled(step, steps):
     import ctypes
     from mxnet import profiler
     libc = ctypes.CDLL(None)
-    profiler.set_config(profile_all=True, aggregate_stats=True)
+    # MXNet writes its trace when the process ends: into a temporary folder, not the working directory
+    trace = os.path.join(tempfile.mkdtemp(prefix="mxnet_amp_profile_"), "profile.json")
+    profiler.set_config(profile_all=True, aggregate_stats=True, filename=trace)
     sys.stdout.flush()
     libc.fflush(None)
     print("@@profile-begin", flush=True)
