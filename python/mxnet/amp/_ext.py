@@ -21,12 +21,15 @@ import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "cpu_isa", "onednn", "multi_cast", "widest_cast",
-           "unscale_and_check"]
+__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "cpu_isa", "onednn", "multi_cast",
+           "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
 ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution", "amp_deconvolution")
-OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round") + ONEDNN_OPS
+OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round", "amp_multi_update",
+            "amp_scaler_update") + ONEDNN_OPS
+#: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
+UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")
 _BF16 = np.dtype([("bfloat16", np.uint16)])
@@ -272,3 +275,90 @@ def unscale_and_check(arrays, inv_scale, sum_squares=False):
     out = _invoke("amp_multi_unscale_check", "unscale_and_check", arrays,
                   inv_scale=repr(float(inv_scale)), sum_squares=bool(sum_squares))
     return (out[0], out[1]) if sum_squares else out[0]
+
+
+def _floats(values):
+    return ",".join(repr(float(v)) for v in values)
+
+
+def multi_update(rule, params, flag, scaler_state, lrs, wds, etas=None, rescale_grad=1.0, clip_gradient=None,
+                 momentum=0.0, beta1=0.9, beta2=0.999, epsilon=1e-8, multi_precision=False):
+    """One fused optimizer step over many parameters, skipped on the device when ``flag`` is 0.
+
+    Parameters
+    ----------
+    rule : {'sgd', 'sgd_mom', 'adam', 'adamw'}
+        Update formula (MXNet 1.9.1's ``multi_sgd_update``, ``multi_sgd_mom_update``, ``adam_update`` and
+        ``contrib.adamw_update``, operation by operation; see ``src/operator/amp/kernels/multi_tensor.h``).
+    params : list of tuple of NDArray
+        Per parameter ``(weight, grad, *states[, master])`` on one context: ``states`` as
+        :data:`UPDATE_RULES` names them (float32), ``master`` the float32 master weights when
+        ``multi_precision`` (then the weight may be float16 or bfloat16). Updated in place.
+    flag : NDArray
+        float32 (1,) from :func:`unscale_and_check`: 0 skips the update (nothing is written).
+    scaler_state : NDArray
+        float64 (6,) loss scaler state (:func:`scaler_update`); the gradients are multiplied by
+        ``rescale_grad / scaler_state[0]``.
+    lrs, wds : sequence of float
+        Per-parameter learning rates (Adam: bias-corrected) and weight decays.
+    etas : sequence of float, optional
+        AdamW only: per-parameter schedule multipliers (MXNet's ``eta``).
+    rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon : float
+        As MXNet's optimizers take them; ``clip_gradient`` None or 0 turns clipping off, as in MXNet.
+
+    Returns
+    -------
+    NDArray
+        float32 (1,): 1.0 if the update was applied, 0.0 if it was skipped. No host sync.
+
+    Raises
+    ------
+    ValueError
+        Unknown rule, no parameters, a tuple of the wrong length, or a lrs/wds/etas length mismatch.
+    """
+    if rule not in UPDATE_RULES:
+        raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
+                         % (rule, ", ".join(sorted(UPDATE_RULES))))
+    params = list(params)
+    width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision else 0)
+    for i, group in enumerate(params):
+        if len(group) != width:
+            raise ValueError("multi_update: params[%d] has %d arrays; rule %r%s needs %d (weight, grad%s%s)"
+                             % (i, len(group), rule, " with multi_precision" if multi_precision else "", width,
+                                "".join(", " + name for name in UPDATE_RULES[rule]),
+                                ", master" if multi_precision else ""))
+    lists = {"lrs": list(lrs), "wds": list(wds)}
+    if rule == "adamw":
+        lists["etas"] = list(etas) if etas is not None else []
+    for key, values in lists.items():
+        if len(values) != len(params):
+            raise ValueError("multi_update: %s has %d values for %d parameters" % (key, len(values), len(params)))
+    arrays = [array for group in params for array in group] + [flag, scaler_state]
+    attrs = {key: _floats(values) for key, values in lists.items()}
+    return _invoke("amp_multi_update", "multi_update", arrays, rule=rule, multi_precision=bool(multi_precision),
+                   rescale_grad=repr(float(rescale_grad)), clip_gradient=repr(float(clip_gradient or -1.0)),
+                   momentum=repr(float(momentum)), beta1=repr(float(beta1)), beta2=repr(float(beta2)),
+                   epsilon=repr(float(epsilon)), **attrs)[0]
+
+
+def scaler_update(scaler_state, flag, config):
+    """Advance a loss scaler's device state by one step (``loss_scaler.next_state`` on the device).
+
+    Parameters
+    ----------
+    scaler_state : NDArray
+        float64 (6,): scale, growth_tracker, steps, skipped_steps, last_overflow_step (0: none),
+        steps_at_floor. Updated in place.
+    flag : NDArray
+        float32 (1,): the step's finite flag.
+    config : ScalerConfig
+
+    Returns
+    -------
+    NDArray
+        float32 (1,): the new scale. No host sync.
+    """
+    return _invoke("amp_scaler_update", "scaler_update", [scaler_state, flag], dynamic=bool(config.dynamic),
+                   growth_factor=repr(config.growth_factor), backoff_factor=repr(config.backoff_factor),
+                   growth_interval=repr(float(config.growth_interval)), min_scale=repr(config.min_scale),
+                   max_scale=repr(config.max_scale))[0]

@@ -10,6 +10,10 @@ Dynamic scaling (the float16 default): the scale is multiplied by ``backoff_fact
 ``max_scale``) after ``growth_interval`` consecutive finite steps. A new scale applies from the next step on;
 the step that overflowed is skipped, so there is no one-step lag. Static scaling keeps the scale fixed but still
 skips non-finite steps; bfloat16 defaults to a static scale of 1 (its exponent range is float32's).
+
+A trainer stepping without host syncs advances the state on the device instead (a
+:class:`~mxnet.amp.device_scaler.DeviceMirror`, the same rule in float64); the host copy is brought up to date
+the next time anything reads it (``scale``, ``state``, ``state_dict``...), which waits for that step.
 """
 from dataclasses import dataclass, fields
 import logging
@@ -223,6 +227,7 @@ class LossScaler:
                                     min_scale=min_scale, max_scale=max_scale, dynamic=dynamic,
                                     floor_warning_steps=floor_warning_steps)
         self._state = ScalerState(scale=self._config.init_scale)
+        self._mirror = None  # DeviceMirror while the state advances on a device
 
     @classmethod
     def default_for(cls, dtype):
@@ -252,28 +257,29 @@ class LossScaler:
 
     @property
     def state(self):
-        """ScalerState: the current (frozen) state."""
+        """ScalerState: the current (frozen) state (waits for a step advanced on the device, if any)."""
+        self._settle()
         return self._state
 
     @property
     def scale(self):
         """float: the scale the next loss is multiplied by."""
-        return self._state.scale
+        return self.state.scale
 
     @property
     def steps(self):
         """int: optimizer steps seen, applied and skipped."""
-        return self._state.steps
+        return self.state.steps
 
     @property
     def skipped_steps(self):
         """int: steps skipped because of non-finite gradients."""
-        return self._state.skipped_steps
+        return self.state.skipped_steps
 
     @property
     def last_overflow_step(self):
         """int or None: 1-based number of the last skipped step."""
-        return self._state.last_overflow_step
+        return self.state.last_overflow_step
 
     def update(self, finite):
         """Advance the state by one step with :func:`next_state`; warn when stuck at ``min_scale``.
@@ -288,18 +294,53 @@ class LossScaler:
         bool
             ``finite``, for chaining.
         """
-        self._state = next_state(self._config, self._state, bool(finite))
-        if self._state.steps_at_floor == self._config.floor_warning_steps:
+        before = self.state
+        self._mirror = None  # the host state is ahead of any device copy now
+        self._advance(before, next_state(self._config, before, bool(finite)))
+        return bool(finite)
+
+    def device_state(self, ctx):
+        """The state as a float64 (6,) NDArray on ``ctx`` (created from the host state on first use).
+
+        Used by fused optimizer updates, which divide the gradients by its element 0 on the device.
+        """
+        from .device_scaler import DeviceMirror  # lazy: keeps this module free of MXNet
+        if self._mirror is None or self._mirror.ctx != ctx:
+            self._mirror = DeviceMirror(self._config, self.state, ctx)
+        return self._mirror.array
+
+    def update_on_device(self, flag):
+        """Advance the state by one step on the device from a float32 (1,) finite flag; no host sync.
+
+        The host state (``scale``, ``state``...) catches up, exactly, the next time it is read.
+        """
+        self.device_state(flag.context)
+        self._mirror.step(flag)
+
+    def loss_scale(self):
+        """What a loss is multiplied by: the host scale, or a float32 (1,) NDArray when a step advanced on the
+        device has not been read back yet and the scale may have changed (dynamic scaling)."""
+        if self._mirror is not None and self._mirror.pending and self._config.dynamic:
+            return self._mirror.scale
+        return self.state.scale
+
+    def _settle(self):
+        if self._mirror is not None and self._mirror.pending:
+            self._advance(self._state, self._mirror.read())
+
+    def _advance(self, before, after):
+        self._state = after
+        floor = self._config.floor_warning_steps
+        if before.steps_at_floor < floor <= after.steps_at_floor:
             _LOG.warning("AMP: the loss scale has been at its minimum (%g) for %d steps; the model is probably "
                          "not fp16-safe; consider bfloat16 or adding the offending ops to extra_fp32_ops",
-                         self._config.min_scale, self._state.steps_at_floor)
-        return bool(finite)
+                         self._config.min_scale, after.steps_at_floor)
 
     def state_dict(self):
         """Return every config and state field as a JSON-safe dict with a ``"version"`` key."""
         out = {"version": STATE_VERSION}
         out.update({key: getattr(self._config, key) for key in _CONFIG_KEYS})
-        out.update({key: getattr(self._state, key) for key in _STATE_KEYS})
+        out.update({key: getattr(self.state, key) for key in _STATE_KEYS})
         return out
 
     def load_state_dict(self, state_dict):
@@ -332,7 +373,7 @@ class LossScaler:
             state = _state_from_dict(config, state_dict)
         except TypeError as err:  # a wrongly typed value is an invalid value of that key
             raise ValueError("invalid loss scaler state: %s" % err) from err
-        self._config, self._state = config, state
+        self._config, self._state, self._mirror = config, state, None
 
     def __repr__(self):
         kind = "dynamic" if self._config.dynamic else "static"

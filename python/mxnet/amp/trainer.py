@@ -5,11 +5,20 @@ that instance's ``step``, ``update``, ``allreduce_grads``, ``save_states`` and `
 never patched). The wrapped ``step``:
 
 1. all-reduces gradients (unless the parameters are updated on the kvstore, or ``amp.unscale`` already did),
-2. checks every gradient on every device for inf/nan in one fused pass and one host sync,
-3. if all are finite, updates with ``1/scale`` folded into the optimizer's ``rescale_grad`` (no extra pass over
-   the gradients, no one-step lag); otherwise skips the update entirely (parameters, optimizer states and the
+2. checks every gradient on every device for inf/nan in one fused pass (a float32 flag on the device),
+3. updates with ``1/scale`` folded into the gradient multiplier (no extra pass over the gradients, no one-step
+   lag) if all are finite; otherwise skips the update entirely (parameters, optimizer states and the
    optimizer's update counters stay as they were, so learning-rate schedules do not advance),
-4. advances the scaler and returns True if the update was applied, False if it was skipped.
+4. advances the scaler and returns a :class:`~mxnet.amp.fused_update.StepResult`: true if the update was
+   applied, false if it was skipped.
+
+With SGD (momentum, weight decay), Adam or :class:`~mxnet.amp.adamw.AdamW` on CPU parameters (float32, or
+float16 with ``multi_precision``), steps 2 to 4 are queued on MXNet's engine and the step does not wait for its
+gradients: one fused library update per device reads the flag and the scaler's device state, and the scaler
+advances on the device (see :mod:`mxnet.amp.fused_update` and :mod:`mxnet.amp.device_scaler`). The host learns
+whether a step was skipped lazily; reading the ``StepResult`` (``if trainer.step(n):``), the scaler's
+``scale``/``state`` or saving states waits for it (a documented sync). Other optimizers (and
+``init_trainer(..., fused=False)``) read the flag on the host once per step and call MXNet's own update.
 
 With a distributed kvstore, gradients are summed across workers before the check, so an overflow on any worker
 makes every worker skip and all scalers stay equal; this needs ``update_on_kvstore=False`` (chosen automatically
@@ -31,7 +40,9 @@ from ..gluon import Trainer
 from ..optimizer import Optimizer
 from .. import autograd
 from .. import ndarray as nd
+from .. import numpy as _mx_np
 from . import _ext, checkpoint, module_api
+from .fused_update import FusedUpdater, StepResult, fused_rule
 from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
 
@@ -53,8 +64,7 @@ class _Group:
 
     def __init__(self):
         self.trainers = weakref.WeakSet()
-        self.reported = 0
-        self.finite = True
+        self.flags = []  # this step's reports so far: bool (read on the host) or float32 (1,) device flag
 
 
 _GROUPS = weakref.WeakKeyDictionary()  # LossScaler -> _Group
@@ -63,12 +73,14 @@ _GROUPS = weakref.WeakKeyDictionary()  # LossScaler -> _Group
 class _AmpState:
     """What init_trainer attaches to a trainer."""
 
-    def __init__(self, scaler, target_dtype):
+    def __init__(self, scaler, target_dtype, fused=True):
         self.scaler = scaler
         self.target_dtype = target_dtype
+        self.fused = fused  # whether supported optimizers take the fused, sync-free update
         self.stage = _Stage.READY
         self.flag = None
         self.grads = None  # GradBuffers: the parameters' gradients as views of one buffer per device and dtype
+        self.updater = None  # FusedUpdater while the trainer's optimizer and parameters allow one
 
 
 def _target_dtype():
@@ -128,15 +140,48 @@ def _on_kvstore(trainer):
     return bool(trainer._kvstore and trainer._update_on_kvstore)
 
 
-def _apply(trainer, batch_size, ignore_stale_grad):
-    """Check (or reuse amp.unscale's check), then update or skip; advance the scaler. Returns applied."""
+def _fused_updater(trainer):
+    """The trainer's FusedUpdater, or None when its optimizer or parameters need MXNet's own update."""
     amp_state = _state(trainer)
-    if amp_state.stage is _Stage.UNSCALED:
-        flag, inv_scale = amp_state.flag, 1.0
-    else:
-        flag, inv_scale = _check_grads(trainer, 1.0, ignore_stale_grad), 1.0 / amp_state.scaler.scale
-    finite = bool(flag.asnumpy()[0])  # the step's single host sync
+    rule = fused_rule(trainer)[0] if amp_state.fused else None
+    if rule is None:
+        _settle(trainer)
+        amp_state.updater = None
+    elif amp_state.updater is None or amp_state.updater.rule != rule:
+        _settle(trainer)
+        amp_state.updater = FusedUpdater(trainer, rule)
+    return amp_state.updater
+
+
+def _settle(trainer):
+    """Learn the outcome of the trainer's last fused step (restores its counters if it was skipped)."""
+    amp_state = getattr(trainer, _ATTR, None)
+    if amp_state is not None and amp_state.updater is not None:
+        amp_state.updater.settle()
+
+
+def _apply(trainer, batch_size, ignore_stale_grad):
+    """Check (or reuse amp.unscale's check), then update or skip; advance the scaler. Returns a StepResult."""
+    amp_state = _state(trainer)
+    unscaled = amp_state.stage is _Stage.UNSCALED
+    flag = amp_state.flag if unscaled else _check_grads(trainer, 1.0, ignore_stale_grad)
     amp_state.stage, amp_state.flag = _Stage.READY, None
+    updater = None if _on_kvstore(trainer) else _fused_updater(trainer)
+    if updater is not None:
+        fresh = [(i, param) for i, param in enumerate(trainer._params) if param.grad_req != "null"
+                 and (not ignore_stale_grad or all(data._fresh_grad for data in param.list_data()))]
+        _check_fresh(trainer, ignore_stale_grad)
+        trainer._optimizer.rescale_grad = trainer._scale / batch_size
+        scaler_state = (_unit_state(flag.context) if unscaled
+                        else amp_state.scaler.device_state(flag.context))
+        result = updater.step(fresh, flag, scaler_state) if fresh else StepResult(True)
+        for _, param in fresh:
+            for data in param.list_data():
+                data._fresh_grad = False
+        _report(amp_state.scaler, flag)
+        return result
+    inv_scale = 1.0 if unscaled else 1.0 / amp_state.scaler.scale
+    finite = bool(flag.asnumpy()[0])  # the step's single host sync
     if finite:
         trainer._optimizer.rescale_grad = trainer._scale / batch_size * inv_scale
         if _on_kvstore(trainer):
@@ -148,20 +193,53 @@ def _apply(trainer, batch_size, ignore_stale_grad):
                 for data in param.list_data():
                     data._fresh_grad = False
     _report(amp_state.scaler, finite)
-    return finite
+    return StepResult(finite)
+
+
+def _check_fresh(trainer, ignore_stale_grad):
+    """Raise MXNet's own error for a stale gradient (what ``Trainer._update`` raises) before anything changes."""
+    if ignore_stale_grad:
+        return
+    for param in trainer._params:
+        if param.grad_req != "null":
+            for data in param.list_data():
+                if not data._fresh_grad:
+                    raise UserWarning(
+                        "Gradient of Parameter `%s` on context %s has not been updated by backward since last "
+                        "`step`. This could mean a bug in your model that made it only use a subset of the "
+                        "Parameters (Blocks) for this iteration. If you are intentionally only using a subset, "
+                        "call step with ignore_stale_grad=True to suppress this warning and skip updating of "
+                        "Parameters with stale gradient" % (param.name, str(data.context)))
+
+
+_UNIT_STATES = {}  # Context -> float64 (6,) scaler state with scale 1 (gradients amp.unscale already unscaled)
+
+
+def _unit_state(ctx):
+    if ctx not in _UNIT_STATES:
+        _UNIT_STATES[ctx] = nd.array([1.0, 0, 0, 0, 0, 0], ctx=ctx, dtype="float64")
+    return _UNIT_STATES[ctx]
 
 
 def _report(scaler, finite):
+    """Report one trainer's step (a host bool, or a device flag); the last of a group advances the scaler."""
     group = _GROUPS[scaler]
-    group.reported += 1
-    group.finite = group.finite and finite
-    if group.reported >= len(group.trainers):
-        scaler.update(group.finite)
-        group.reported, group.finite = 0, True
+    group.flags.append(finite)
+    if len(group.flags) < len(group.trainers):
+        return
+    flags, group.flags = group.flags, []
+    devices = [f for f in flags if not isinstance(f, bool)]
+    if not devices:
+        scaler.update(all(flags))
+        return
+    combined = devices[0] * 0 if any(f is False for f in flags) else devices[0]
+    for other in devices[1:]:
+        combined = combined * other.as_in_context(combined.context)
+    scaler.update_on_device(combined)
 
 
 def _step(trainer, batch_size, ignore_stale_grad=False):
-    """AMP version of ``Trainer.step``: returns True if the update was applied, False if it was skipped."""
+    """AMP version of ``Trainer.step``: returns a StepResult, true if the update was applied (reading it syncs)."""
     trainer._check_and_rescale_grad(trainer._scale / batch_size)
     _ensure_kvstore(trainer)
     if _state(trainer).stage is _Stage.READY and not _on_kvstore(trainer):
@@ -170,7 +248,7 @@ def _step(trainer, batch_size, ignore_stale_grad=False):
 
 
 def _update(trainer, batch_size, ignore_stale_grad=False):
-    """AMP version of ``Trainer.update`` (after ``allreduce_grads``): returns True if applied."""
+    """AMP version of ``Trainer.update`` (after ``allreduce_grads``): returns a StepResult, as ``step`` does."""
     _ensure_kvstore(trainer)
     if _on_kvstore(trainer):
         raise RuntimeError("update() is not supported when parameters are updated on the kvstore; create the "
@@ -192,6 +270,7 @@ def _allreduce_grads(trainer):
 
 def _optimizer_bytes(trainer):
     _ensure_kvstore(trainer)
+    _settle(trainer)
     if trainer._update_on_kvstore:
         return trainer._kvstore._updater.get_states(dump_optimizer=True)
     return trainer._updaters[0].get_states(dump_optimizer=True)
@@ -211,6 +290,7 @@ def _load_states(trainer, fname):
     optimizer_bytes, amp_section = checkpoint.read_file(fname)
     apply_amp = _prepare_amp_section(trainer, amp_section, source=repr(fname))
     _ensure_kvstore(trainer)
+    _settle(trainer)
     if trainer._update_on_kvstore:
         trainer._kvstore._updater.set_states(optimizer_bytes)
         trainer._optimizer = trainer._kvstore._updater.optimizer
@@ -269,7 +349,7 @@ def _check_kvstore_config(trainer):
                          "update_on_kvstore=False (or leave it unset before amp.init_trainer)")
 
 
-def init_trainer(trainer, loss_scaler=None):
+def init_trainer(trainer, loss_scaler=None, fused=True):
     """Attach loss scaling to one ``gluon.Trainer`` instance (or ``mx.optimizer.Optimizer``: Module API).
 
     Parameters
@@ -282,6 +362,9 @@ def init_trainer(trainer, loss_scaler=None):
         static scale 1 for bfloat16); without ``amp.init`` (e.g. a network cast to float16 by hand) the float16
         default. Pass the same scaler to several trainers that get gradients from one scaled loss: they then
         use one scale, which advances once all of them stepped.
+    fused : bool, optional
+        Whether SGD, Adam and AdamW take the fused update that never waits for the step's flag (see the module
+        docstring). False keeps MXNet's own update and one host sync per step, for every optimizer.
 
     Returns
     -------
@@ -305,10 +388,12 @@ def init_trainer(trainer, loss_scaler=None):
     ...     loss = loss_fn(net(x), y)
     ...     with amp.scale_loss(loss, trainer) as scaled:
     ...         autograd.backward(scaled)
-    >>> applied = trainer.step(x.shape[0])   # one host sync; False when the step was skipped
+    >>> applied = trainer.step(x.shape[0])   # no host sync; bool(applied) waits: False if skipped
     """
     if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
         raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
+    if not isinstance(fused, bool):
+        raise TypeError("fused must be True or False, got %r" % (fused,))
     if isinstance(trainer, Optimizer):
         current = getattr(trainer, _ATTR, None)
         scaler = loss_scaler or (current.scaler if current else LossScaler.default_for(_target_dtype()))
@@ -320,13 +405,16 @@ def init_trainer(trainer, loss_scaler=None):
     amp_state = getattr(trainer, _ATTR, None)
     if amp_state is None:
         dtype = _target_dtype()
-        amp_state = _AmpState(loss_scaler or LossScaler.default_for(dtype), dtype)
+        amp_state = _AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
         setattr(trainer, _ATTR, amp_state)
         for name in _WRAPPED:
             setattr(trainer, name, types.MethodType(globals()["_" + name], trainer))
-    elif loss_scaler is not None:
-        _GROUPS[amp_state.scaler].trainers.discard(trainer)
-        amp_state.scaler = loss_scaler
+    else:
+        _settle(trainer)
+        amp_state.fused = fused
+        if loss_scaler is not None:
+            _GROUPS[amp_state.scaler].trainers.discard(trainer)
+            amp_state.scaler = loss_scaler
     _GROUPS.setdefault(amp_state.scaler, _Group()).trainers.add(trainer)
     return amp_state.scaler
 
@@ -350,16 +438,28 @@ def scale_loss(loss_or_losses, trainer):
     Yields
     ------
     NDArray or list of NDArray
-        Scaled loss(es) to call ``backward`` on. No host sync.
+        Scaled loss(es) to call ``backward`` on. No host sync: while the scaler advances on the device, the
+        loss is multiplied by the device's scale.
     """
     amp_state = _state(trainer)
-    scale = amp_state.scaler.scale
     if isinstance(trainer, Optimizer):
-        amp_state.loss_scale = scale  # what Module.update divides out (nothing for code that never scales)
-    if isinstance(loss_or_losses, (list, tuple)):
-        yield [loss * scale for loss in loss_or_losses]
+        scale = amp_state.loss_scale = amp_state.scaler.scale  # what Module.update divides out
     else:
-        yield loss_or_losses * scale
+        scale = amp_state.scaler.loss_scale()
+    if isinstance(loss_or_losses, (list, tuple)):
+        yield [_times(loss, scale) for loss in loss_or_losses]
+    else:
+        yield _times(loss_or_losses, scale)
+
+
+def _times(loss, scale):
+    """``loss * scale`` for a host float or a float32 (1,) device scale (cast to the loss's dtype)."""
+    if isinstance(scale, float):
+        return loss * scale
+    scale = scale.as_in_context(loss.context).astype(loss.dtype, copy=False)
+    if isinstance(loss, _mx_np.ndarray):
+        return loss * scale.as_np_ndarray().reshape(())
+    return nd.broadcast_mul(loss, scale.reshape((1,) * loss.ndim))
 
 
 def unscale(trainer):
@@ -367,7 +467,8 @@ def unscale(trainer):
 
     All-reduces the gradients first when the trainer would (multi-device without updates on the kvstore), so
     call it after ``backward`` and before ``trainer.step`` / ``trainer.update``, which then reuse its
-    finiteness check. No host sync.
+    finiteness check. Reads the current scale on the host: waits for the previous step's scaler update (not for
+    this step's gradients).
 
     With an ``mx.optimizer.Optimizer`` (Module API), the gradients of the Module that ran ``backward`` last
     are unscaled; call it between ``Module.backward()`` and ``Module.update()``.

@@ -38,7 +38,7 @@ def main(out):
                 scaled.backward()
         if step in POISON[rank]:
             net.weight.grad()[0, 0] = np.inf if rank else np.nan
-        applied.append(trainer.step(10))
+        applied.append(bool(trainer.step(10)))
     result = {"rank": rank, "applied": applied, "update_on_kvstore": trainer._update_on_kvstore,
               "scaler": get_loss_scaler(trainer).state_dict(),
               "weight": net.weight.data().asnumpy().tolist(), "bias": net.bias.data().asnumpy().tolist(),

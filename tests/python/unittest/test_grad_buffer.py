@@ -58,7 +58,7 @@ def test_replaced_gradients_are_laid_out_again():
         loss = net(mx.nd.ones((2, 4))).sum()
         with scale_loss(loss, trainer) as scaled:
             scaled.backward()
-    assert trainer.step(2) is True
+    assert bool(trainer.step(2)) is True
     assert trainer._mxnet_amp.grads is not first
     assert trainer._mxnet_amp.grads.current([p for p in trainer._params if p.grad_req != "null"])
 

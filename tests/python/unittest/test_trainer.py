@@ -63,7 +63,7 @@ def test_scaled_steps_match_numpy_and_no_lag():
     init_trainer(trainer, LossScaler(init_scale=2.0 ** 12, growth_interval=1))
     for step in range(3):
         _backward(net, trainer)
-        assert trainer.step(5) is True
+        assert bool(trainer.step(5)) is True
         assert get_loss_scaler(trainer).scale == 2.0 ** (13 + step)  # grows every step: new scale used at once
         for got, want in zip(_params(net), _sgd_reference(step + 1)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -83,7 +83,7 @@ def test_skip_leaves_params_states_and_counters_unchanged(bad):
               {k: [s.asnumpy().copy() for s in v] for k, v in trainer._updaters[0].states.items()})
     _backward(net, trainer)
     _poison(net.bias, bad)
-    assert trainer.step(5) is False
+    assert bool(trainer.step(5)) is False
     after = (_params(net), opt.num_update, dict(opt._index_update_count), opt.learning_rate,
              {k: [s.asnumpy() for s in v] for k, v in trainer._updaters[0].states.items()})
     for got, want in zip(after[0], before[0]):
@@ -147,7 +147,7 @@ def test_unscale_gives_true_gradients_and_step_does_not_unscale_again():
     np.testing.assert_allclose(net.bias.grad().asnumpy(), T.sum(0), rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="unscale\\(\\) has already been called"):
         unscale(trainer)
-    assert trainer.step(5) is True
+    assert bool(trainer.step(5)) is True
     for got, want in zip(_params(net), _sgd_reference(1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     _backward(net, trainer)
@@ -169,7 +169,7 @@ def test_unscale_on_two_devices(update_on_kvstore):
     per_device = 1 if update_on_kvstore else 2  # without updates on the kvstore, unscale all-reduces first
     for grad in net.weight.list_grad():
         np.testing.assert_allclose(grad.asnumpy(), per_device * T.T @ X, rtol=1e-5, atol=1e-6)
-    assert trainer.step(10) is True
+    assert bool(trainer.step(10)) is True
     for param, want in zip((net.weight, net.bias), _sgd_reference(1)):
         for got in param.list_data():
             np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-6)
@@ -184,7 +184,7 @@ def test_unscale_then_clip_then_overflow_skips():
     _poison(net.weight)
     unscale(trainer)
     gluon.utils.clip_global_norm([p.grad() for p in (net.weight, net.bias)], 1.0)
-    assert trainer.step(5) is False
+    assert bool(trainer.step(5)) is False
     for got, want in zip(_params(net), before):
         np.testing.assert_array_equal(got, want)
 
@@ -202,7 +202,7 @@ def test_allreduce_grads_then_update():
     trainer.allreduce_grads()
     with pytest.raises(RuntimeError, match="allreduce_grads\\(\\) called after allreduce_grads\\(\\)"):
         trainer.allreduce_grads()
-    assert trainer.update(10) is True
+    assert bool(trainer.update(10)) is True
     for got, want in zip(_params(net), _sgd_reference(1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -233,9 +233,9 @@ def test_two_trainers_sharing_a_scaler_back_off_once():
     weight_before = net.weight.data().asnumpy().copy()
     _backward(net, trainer_w)
     _poison(net.bias)
-    assert trainer_w.step(5) is True
+    assert bool(trainer_w.step(5)) is True
     assert shared.steps == 0  # waits for the other trainer of the group
-    assert trainer_b.step(5) is False
+    assert bool(trainer_b.step(5)) is False
     assert (shared.steps, shared.skipped_steps, shared.scale) == (1, 1, 2.0 ** 9)
     np.testing.assert_array_equal(net.bias.data().asnumpy(), bias_before)
     np.testing.assert_allclose(net.weight.data().asnumpy(), weight_before - 0.1 * T.T @ X / 5, rtol=1e-5)
@@ -282,7 +282,7 @@ def test_multi_precision_float16_skip_and_step():
             master = [s.asnumpy().copy() for s in trainer._updaters[0].states[0]]
             weight = net.w.data().asnumpy().copy()
             net.w.grad()[3] = np.inf
-        assert trainer.step(1) is (not poisoned)
+        assert bool(trainer.step(1)) is (not poisoned)
         if poisoned:
             np.testing.assert_array_equal(net.w.data().asnumpy(), weight)
             for got, want in zip(trainer._updaters[0].states[0], master):
@@ -342,7 +342,7 @@ def test_default_scaler_follows_amp_init_dtype(monkeypatch):
     before = _params(net)
     _backward(net, trainer)
     _poison(net.weight, np.nan)
-    assert trainer.step(5) is False  # bf16: no scaling, but non-finite steps are still skipped
+    assert bool(trainer.step(5)) is False  # bf16: no scaling, but non-finite steps are still skipped
     np.testing.assert_array_equal(_params(net)[0], before[0])
     assert amp_trainer.state_dict(trainer)["target_dtype"] == "bfloat16"
     monkeypatch.setattr(autocast, "target_dtype", lambda: None)
@@ -418,7 +418,7 @@ def test_numpy_mode_arrays():
         assert isinstance(net.weight.grad(), mx.np.ndarray)
         if poisoned:
             net.bias.grad()[0] = np.nan
-        assert trainer.step(5) is not poisoned
+        assert bool(trainer.step(5)) is not poisoned
     for got, want in zip((net.weight.data().asnumpy(), net.bias.data().asnumpy()), _sgd_reference(1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -436,12 +436,12 @@ def test_stale_overflowed_gradient_does_not_skip_later_steps():
         loss = (a(x) * float("inf")).sum()  # branch a overflows once, then is never used again
         with scale_loss(loss, trainer) as scaled:
             scaled.backward()
-    assert trainer.step(1, ignore_stale_grad=True) is False
+    assert bool(trainer.step(1, ignore_stale_grad=True)) is False
     for _ in range(2):
         with autograd.record():
             loss = b(x).sum()
             with scale_loss(loss, trainer) as scaled:
                 scaled.backward()
         before = b.weight.data().asnumpy()
-        assert trainer.step(1, ignore_stale_grad=True) is True
+        assert bool(trainer.step(1, ignore_stale_grad=True)) is True
         np.testing.assert_allclose(b.weight.data().asnumpy(), before - 0.1 * np.ones((2, 2)), rtol=1e-6)

@@ -442,7 +442,8 @@ UNPREFIXED_BACKWARD = (
 
 # This project's ops (libmxnet_amp).
 PROJECT_OPS = (
-    "amp_multi_cast", "amp_multi_unscale_check", "amp_multi_widest_cast", "amp_round",
+    "amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast", "amp_round",
+    "amp_scaler_update",
 )
 
 # This project's oneDNN 3 matrix products and convolution (libmxnet_amp): float32 or bfloat16 operands.

@@ -184,4 +184,15 @@ void cpu_multi_tensor_unscale_check(int64_t chunk_size, float* finite_flag, floa
   }
 }
 
+void cpu_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const UpdateSet* sets, int n) {
+  std::vector<TensorRef> weights(n);
+  for (int i = 0; i < n; ++i) weights[i] = sets[i].weight;
+  int64_t total = 0;
+  const std::vector<Chunk> chunks = make_chunks(chunk_size, weights.data(), n, &total);
+  const CpuLoops& l = loops();
+  for_each_chunk(chunks, total, [&](int64_t c) {
+    l.update(hyper, sets[chunks[c].tensor], chunks[c].begin, chunks[c].end);
+  });
+}
+
 }  // namespace mxnet_amp

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "multi_tensor.h"
+
 namespace mxnet_amp {
 
 struct CpuLoops {
@@ -22,6 +24,8 @@ struct CpuLoops {
    *        finite; adds the sum of squares of the results to *sum_squares when it is not null.
    */
   bool (*unscale)(int dtype, void* data, int64_t n, float inv_scale, bool write, double* sum_squares);
+  /*! \brief Elements [begin, end) of one parameter's optimizer update (see UpdateSet). */
+  void (*update)(const UpdateHyper& hyper, const UpdateSet& set, int64_t begin, int64_t end);
 };
 
 const CpuLoops* cpu_loops_baseline();

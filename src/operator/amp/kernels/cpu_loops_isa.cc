@@ -5,6 +5,7 @@
  * Compiled once per instruction set with AMP_ISA set to baseline, avx2 or avx512 (see CMakeLists.txt);
  * each copy lives in its own namespace so the copies never mix at link time.
  */
+#include <cmath>
 #include <type_traits>
 
 #if defined(__F16C__)
@@ -254,7 +255,104 @@ bool unscale(int dtype, void* data, int64_t n, float inv_scale, bool write, doub
   }
 }
 
-const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale};
+// ---- optimizer updates ---------------------------------------------------------------------------
+// The expressions follow MXNet 1.9.1's kernels operation by operation (see UpdateSet), and this file is
+// compiled with -ffp-contract=off, so results agree bit for bit with MXNet's float32 arithmetic.
+
+inline float clip(float x, float bound) { return x > bound ? bound : (x < -bound ? -bound : x); }
+
+// W: storage of weight and grad (F32, or F16/BF16 with float32 master weights).
+template <typename W, bool kMaster>
+struct Params {
+  typename W::storage* __restrict__ weight;
+  const typename W::storage* __restrict__ grad;
+  float* __restrict__ s0;
+  float* __restrict__ s1;
+  float* __restrict__ master;
+  Params(const UpdateSet& set, int64_t b)
+      : weight(static_cast<typename W::storage*>(set.weight.data) + b),
+        grad(static_cast<const typename W::storage*>(set.grad) + b),
+        s0(set.state0 ? set.state0 + b : nullptr),
+        s1(set.state1 ? set.state1 + b : nullptr),
+        master(kMaster ? set.master + b : nullptr) {}
+  inline float load_w(int64_t i) const { return kMaster ? master[i] : W::load(weight[i]); }
+  inline void store_w(int64_t i, float w) const {
+    if (kMaster) master[i] = w;
+    weight[i] = W::store(w);
+  }
+};
+
+template <typename W, bool kMaster, bool kMomentum, bool kClip>
+void sgd_loop(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const Params<W, kMaster> p(set, b);
+  const float momentum = h.momentum, lr = set.lr, lr_wd = set.lr * set.wd;
+  const float lr_rescale = set.lr * h.rescale_grad, rescale = h.rescale_grad, c = h.clip_gradient;
+  const int64_t n = e - b;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float w = p.load_w(i);
+    const float g = W::load(p.grad[i]);
+    const float m0 = kMomentum ? p.s0[i] : 0.0f;
+    const float step = kClip ? lr * clip(rescale * g, c) : lr_rescale * g;
+    const float m = momentum * m0 - lr_wd * w - step;
+    if (kMomentum) p.s0[i] = m;
+    w = w + m;
+    p.store_w(i, w);
+  }
+}
+
+template <typename W, bool kMaster, bool kDecoupled, bool kClip>
+void adam_loop(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const Params<W, kMaster> p(set, b);
+  const float rescale = h.rescale_grad, c = h.clip_gradient, lr = set.lr, wd = set.wd, eta = set.eta;
+  const float beta1 = h.beta1, beta2 = h.beta2, eps = h.epsilon;
+  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+  const int64_t n = e - b;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float w = p.load_w(i);
+    const float g = W::load(p.grad[i]);
+    float d = kDecoupled ? rescale * g : g * rescale + w * wd;
+    if (kClip) d = clip(d, c);
+    const float mean = beta1 * p.s0[i] + one_minus_beta1 * d;
+    const float var = kDecoupled ? beta2 * p.s1[i] + one_minus_beta2 * (d * d)
+                                 : beta2 * p.s1[i] + one_minus_beta2 * d * d;
+    p.s0[i] = mean;
+    p.s1[i] = var;
+    w = kDecoupled ? w - eta * (lr * mean / (std::sqrt(var) + eps) + wd * w)
+                   : w - lr * mean / (std::sqrt(var) + eps);
+    p.store_w(i, w);
+  }
+}
+
+template <typename W, bool kMaster>
+void update_typed(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const bool clip_on = h.clip_gradient >= 0.0f;
+  switch (h.rule) {
+    case kSgd:
+      return clip_on ? sgd_loop<W, kMaster, false, true>(h, set, b, e)
+                     : sgd_loop<W, kMaster, false, false>(h, set, b, e);
+    case kSgdMomentum:
+      return clip_on ? sgd_loop<W, kMaster, true, true>(h, set, b, e)
+                     : sgd_loop<W, kMaster, true, false>(h, set, b, e);
+    case kAdam:
+      return clip_on ? adam_loop<W, kMaster, false, true>(h, set, b, e)
+                     : adam_loop<W, kMaster, false, false>(h, set, b, e);
+    default:
+      return clip_on ? adam_loop<W, kMaster, true, true>(h, set, b, e)
+                     : adam_loop<W, kMaster, true, false>(h, set, b, e);
+  }
+}
+
+void update(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  switch (set.weight.dtype) {
+    case kFloat16: return update_typed<F16, true>(h, set, b, e);
+    case kBfloat16: return update_typed<BF16, true>(h, set, b, e);
+    default: return set.master ? update_typed<F32, true>(h, set, b, e) : update_typed<F32, false>(h, set, b, e);
+  }
+}
+
+const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale, update};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)

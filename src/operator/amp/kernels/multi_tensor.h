@@ -61,6 +61,45 @@ void cpu_multi_tensor_cast(int64_t chunk_size, const TensorRef* inputs, const Te
 void cpu_multi_tensor_unscale_check(int64_t chunk_size, float* finite_flag, float* sum_squares,
                                     const TensorRef* tensors, int n, float inv_scale);
 
+/*! \brief Optimizer update rules of cpu_multi_tensor_update (formulas: see UpdateSet). */
+enum UpdateRule : int { kSgd = 0, kSgdMomentum = 1, kAdam = 2, kAdamW = 3 };
+
+/*! \brief Hyper-parameters shared by every parameter of one update call. */
+struct UpdateHyper {
+  int rule;             // an UpdateRule
+  float rescale_grad;   // gradient multiplier (1 / (batch size * loss scale) and the like)
+  float clip_gradient;  // clip rescale_grad * grad to [-c, c]; c < 0: no clipping
+  float momentum;       // kSgdMomentum
+  float beta1, beta2, epsilon;  // kAdam, kAdamW
+};
+
+/*!
+ * \brief One parameter of an update call. weight and grad share one dtype; state0/state1/master are
+ *        float32 and weight.size long. With master (float32 master weights of a float16/bfloat16
+ *        weight), the update runs on master and weight receives master rounded to its dtype; without
+ *        it weight must be float32. Per element, in float32 and in this order (MXNet 1.9.1's kernels:
+ *        multi_sgd_(mom_)update, adam_update, contrib.adamw_update; c(x) clips when clip_gradient >= 0):
+ *        - kSgd / kSgdMomentum (state0 = momentum, absent for kSgd):
+ *          m = momentum * m - (lr * wd) * w - (c < 0 ? (lr * rescale) * g : lr * c(rescale * g));
+ *          w = w + m
+ *        - kAdam (state0 = mean, state1 = var; lr already bias-corrected): d = c(g * rescale + w * wd);
+ *          mean = beta1 * mean + (1 - beta1) * d; var = beta2 * var + (1 - beta2) * d * d;
+ *          w = w - lr * mean / (sqrt(var) + epsilon)
+ *        - kAdamW: d = c(rescale * g); mean as kAdam; var = beta2 * var + (1 - beta2) * (d * d);
+ *          w = w - eta * (lr * mean / (sqrt(var) + epsilon) + wd * w)
+ */
+struct UpdateSet {
+  TensorRef weight;
+  const void* grad;
+  float* state0;
+  float* state1;
+  float* master;
+  float lr, wd, eta;
+};
+
+/*! \brief Applies hyper.rule to the n parameters of sets, in parallel chunks of chunk_size elements. */
+void cpu_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const UpdateSet* sets, int n);
+
 }  // namespace mxnet_amp
 
 #endif  // MXNET_AMP_KERNELS_MULTI_TENSOR_H_

@@ -47,6 +47,44 @@ bool parse_float(const char* op, const Attrs& attrs, const char* key, float fall
   return true;
 }
 
+bool parse_double(const char* op, const Attrs& attrs, const char* key, double fallback, double* value) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) {
+    *value = fallback;
+    return true;
+  }
+  char* end = nullptr;
+  *value = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0') {
+    MX_ERROR_MSG << op << ": attribute " << key << " must be a number (got '" << it->second << "')";
+    return false;
+  }
+  return true;
+}
+
+bool parse_float_list(const char* op, const Attrs& attrs, const char* key, size_t n, std::vector<float>* values) {
+  const auto it = attrs.find(key);
+  if (it == attrs.end()) {
+    MX_ERROR_MSG << op << ": missing attribute " << key << " (" << n << " comma-separated numbers)";
+    return false;
+  }
+  values->clear();
+  const char* at = it->second.c_str();
+  while (*at != '\0') {
+    char* end = nullptr;
+    const float v = std::strtof(at, &end);
+    if (end == at || (*end != ',' && *end != '\0')) break;
+    values->push_back(v);
+    at = *end == ',' ? end + 1 : end;
+  }
+  if (*at != '\0' || values->size() != n) {
+    MX_ERROR_MSG << op << ": attribute " << key << " must hold " << n << " comma-separated numbers (got '"
+                 << it->second << "')";
+    return false;
+  }
+  return true;
+}
+
 bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value) {
   const auto it = attrs.find(key);
   if (it == attrs.end()) {

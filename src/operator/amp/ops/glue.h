@@ -31,6 +31,12 @@ bool parse_num_args(const char* op, const Attrs& attrs, int* num_args);
 /*! \brief Reads a float attribute (default when absent); on failure reports an error naming op. */
 bool parse_float(const char* op, const Attrs& attrs, const char* key, float fallback, float* value);
 
+/*! \brief Reads a double attribute (default when absent); on failure reports an error naming op. */
+bool parse_double(const char* op, const Attrs& attrs, const char* key, double fallback, double* value);
+
+/*! \brief Reads exactly n comma-separated floats from a required attribute (e.g. per-parameter lrs). */
+bool parse_float_list(const char* op, const Attrs& attrs, const char* key, size_t n, std::vector<float>* values);
+
 /*! \brief Reads a boolean attribute ("True"/"False"/"1"/"0"/"true"/"false", default when absent). */
 bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value);
 

@@ -1,0 +1,116 @@
+"""Optimizer update time for ResNet-50-sized parameters: mxnet.amp's fused update vs MXNet's, vs a copy.
+
+The 161 parameters of ResNet-50 v1 (25.6 M float32 values, shapes from the gluon model zoo) get one update
+per call, for each rule:
+- ``mxnet``: what ``gluon.Trainer`` calls: ``multi_sgd_update`` / ``multi_sgd_mom_update`` in groups of 4
+  (``MXNET_OPTIMIZER_AGGREGATION_SIZE``), ``adam_update`` and ``contrib.adamw_update`` per parameter;
+- ``mxnet.amp``: ``amp_multi_update``, one call for all parameters, reading the finite flag and the loss
+  scale on the device (the update ``amp.init_trainer`` issues);
+- ``copy``: copying as many bytes as the update must touch (SGD: read weight and gradient, write weight: 12 B
+  per value; with momentum 20 B; Adam/AdamW 28 B), the fastest of numpy, MXNet ``copyto`` and the library's
+  parallel float32 -> float32 ``multi_cast`` over the same number of bytes.
+Prints seconds per update, GB/s of touched bytes and the ratios ours / copy (issue 15: at most 1.3) and
+mxnet / ours. Results are the same bit for bit (tests/python/unittest/test_fused_update.py).
+
+Usage: python bench/bench_optimizer.py [--repeat 5]
+"""
+import argparse
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet.gluon.model_zoo import vision
+
+from mxnet.amp import _ext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import best_of, cpu_banner, split  # noqa: E402
+
+# bytes touched per parameter value: reads + writes of float32 arrays
+_TOUCHED = {"sgd": 12, "sgd_mom": 20, "adam": 28, "adamw": 28}
+
+
+def resnet50_shapes():
+    net = vision.resnet50_v1()
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 224, 224)))
+    return [p.shape for p in net.collect_params().values()]
+
+
+def copy_variants(floats):
+    """Copies of ``floats`` float32 values (each read once, written once)."""
+    src_np = np.ones(floats, dtype=np.float32)
+    dst_np = np.empty_like(src_np)
+    src, dst = mx.nd.array(src_np), mx.nd.empty(floats)
+    srcs = [src[a:a + n] for a, n in zip(np.cumsum([0] + split(floats, 64))[:-1], split(floats, 64))]
+    dsts = [dst[a:a + n] for a, n in zip(np.cumsum([0] + split(floats, 64))[:-1], split(floats, 64))]
+
+    def mx_copy():
+        src.copyto(dst)
+        dst.wait_to_read()
+
+    def lib_copy():
+        _ext.multi_cast(srcs, "float32", out=dsts)
+        dst.wait_to_read()
+
+    return {"numpy": lambda: np.copyto(dst_np, src_np), "mxnet copyto": mx_copy, "parallel copy": lib_copy}
+
+
+def update_variants(rule, shapes):
+    rng = np.random.RandomState(0)
+    weights = [mx.nd.array(rng.randn(*s).astype(np.float32) * 0.01) for s in shapes]
+    grads = [mx.nd.array(rng.randn(*s).astype(np.float32) * 0.01) for s in shapes]
+    states = [tuple(mx.nd.zeros(s) for _ in _ext.UPDATE_RULES[rule]) for s in shapes]
+    n = len(shapes)
+    lrs, wds = [1e-3] * n, [1e-4] * n
+    flag, scaler = mx.nd.ones((1,)), mx.nd.array([1.0, 0, 0, 0, 0, 0], dtype=np.float64)
+
+    def ours():
+        _ext.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, grads, states)], flag, scaler, lrs, wds,
+                          etas=lrs, momentum=0.9).wait_to_read()
+
+    def theirs():
+        if rule in ("sgd", "sgd_mom"):
+            for a in range(0, n, 4):
+                group = list(zip(weights, grads, states))[a:a + 4]
+                arrays = [x for w, g, s in group for x in (w, g) + s]
+                op = mx.nd.multi_sgd_mom_update if rule == "sgd_mom" else mx.nd.multi_sgd_update
+                kwargs = {"momentum": 0.9} if rule == "sgd_mom" else {}
+                op(*arrays, out=[w for w, _, _ in group], num_weights=len(group), lrs=lrs[a:a + 4],
+                   wds=wds[a:a + 4], **kwargs)
+        elif rule == "adam":
+            for w, g, (m, v) in zip(weights, grads, states):
+                mx.nd.adam_update(w, g, m, v, out=w, lr=1e-3, wd=1e-4)
+        else:
+            rescale = mx.nd.ones((1,))
+            for w, g, (m, v) in zip(weights, grads, states):
+                mx.nd.contrib.adamw_update(w, g, m, v, rescale, out=w, lr=1.0, eta=1e-3, wd=1e-4)
+        mx.nd.waitall()
+
+    return {"mxnet": theirs, "mxnet.amp": ours}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    cpu_banner()
+    shapes = resnet50_shapes()
+    values = sum(int(np.prod(s)) for s in shapes)
+    print("%d parameters, %.1f M float32 values; library CPU kernels: %s" % (len(shapes), values / 1e6,
+                                                                          _ext.cpu_isa()))
+    print("%-8s | %12s | %12s | %12s | %9s | %9s | %s" % ("rule", "copy ms", "mxnet ms", "mxnet.amp ms",
+                                                        "amp/copy", "mxnet/amp", "GB/s (copy, mxnet, amp)"))
+    for rule, touched in _TOUCHED.items():
+        copies = best_of(copy_variants(values * touched // 8), args.repeat)
+        copy = min(copies.values())
+        times = best_of(update_variants(rule, shapes), args.repeat)
+        gbs = ["%.1f" % (values * touched / t / 1e9) for t in (copy, times["mxnet"], times["mxnet.amp"])]
+        print("%-8s | %12.2f | %12.2f | %12.2f | %8.2fx | %8.2fx | %s  (copy: %s)"
+              % (rule, 1e3 * copy, 1e3 * times["mxnet"], 1e3 * times["mxnet.amp"], times["mxnet.amp"] / copy,
+                 times["mxnet"] / times["mxnet.amp"], ", ".join(gbs), min(copies, key=copies.get)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+/*!
+ * \file multi_update.cc
+ * \brief lib_api glue for amp_multi_update: one fused optimizer step (SGD, SGD with momentum, Adam,
+ *        AdamW) over many parameters, skipped on the device when the step's gradients were not finite.
+ *
+ * Inputs: per parameter, weight, grad, its float32 states (momentum; or mean and var) and, with
+ * multi_precision, its float32 master weights; then the finite flag (float32 (1,), from
+ * amp_multi_unscale_check) and the loss scaler's state (float64 (6,), amp_scaler_update; element 0 is the
+ * scale the loss was multiplied by). Weights, states and master weights are updated in place (mutable
+ * inputs) unless the flag is 0. The gradient multiplier is rescale_grad / scale, computed here so the host
+ * never reads the scale. Output: float32 (1,), 1.0 if the update was applied, else 0.0.
+ */
+#include <string>
+#include <vector>
+
+#include "glue.h"
+#include "../kernels/multi_tensor.h"
+
+namespace mxnet_amp {
+namespace {
+
+constexpr char kOp[] = "amp_multi_update";
+constexpr int kScalerStateSize = 6;
+
+struct Params {
+  int rule;
+  int num_params;
+  bool master;
+  double rescale_grad;
+  float clip_gradient, momentum, beta1, beta2, epsilon;
+  std::vector<float> lrs, wds, etas;
+};
+
+int states_of(int rule) { return rule == kSgd ? 0 : (rule == kSgdMomentum ? 1 : 2); }
+int stride_of(const Params& p) { return 2 + states_of(p.rule) + (p.master ? 1 : 0); }
+
+bool parse_rule(const Attrs& attrs, int* rule) {
+  const auto it = attrs.find("rule");
+  const std::string s = it == attrs.end() ? std::string("<missing>") : it->second;
+  if (s == "sgd") {
+    *rule = kSgd;
+  } else if (s == "sgd_mom") {
+    *rule = kSgdMomentum;
+  } else if (s == "adam") {
+    *rule = kAdam;
+  } else if (s == "adamw") {
+    *rule = kAdamW;
+  } else {
+    MX_ERROR_MSG << kOp << ": attribute rule must be one of sgd, sgd_mom, adam, adamw (got '" << s << "')";
+    return false;
+  }
+  return true;
+}
+
+bool parse_params(const Attrs& attrs, Params* p) {
+  if (!parse_rule(attrs, &p->rule) || !parse_bool(kOp, attrs, "multi_precision", false, &p->master)) return false;
+  int num_args = 0;
+  if (!parse_num_args(kOp, attrs, &num_args)) return false;
+  const int stride = stride_of(*p);
+  if (num_args < stride + 2 || (num_args - 2) % stride != 0) {
+    MX_ERROR_MSG << kOp << ": got " << num_args << " inputs; rule " << attrs.at("rule") << " needs " << stride
+                 << " per parameter plus the flag and the scaler state";
+    return false;
+  }
+  p->num_params = (num_args - 2) / stride;
+  const size_t n = static_cast<size_t>(p->num_params);
+  return parse_double(kOp, attrs, "rescale_grad", 1.0, &p->rescale_grad) &&
+         parse_float(kOp, attrs, "clip_gradient", -1.0f, &p->clip_gradient) &&
+         parse_float(kOp, attrs, "momentum", 0.0f, &p->momentum) &&
+         parse_float(kOp, attrs, "beta1", 0.9f, &p->beta1) &&
+         parse_float(kOp, attrs, "beta2", 0.999f, &p->beta2) &&
+         parse_float(kOp, attrs, "epsilon", 1e-8f, &p->epsilon) &&
+         parse_float_list(kOp, attrs, "lrs", n, &p->lrs) && parse_float_list(kOp, attrs, "wds", n, &p->wds) &&
+         (p->rule != kAdamW || parse_float_list(kOp, attrs, "etas", n, &p->etas));
+}
+
+MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
+  Params p;
+  if (!parse_params(attrs, &p)) return MX_FAIL;
+  *num_in = p.num_params * stride_of(p) + 2;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+const char* role_of(const Params& p, int k) {
+  static const char* const kSgdMom[] = {"weight", "grad", "momentum", "master weight"};
+  static const char* const kAdamRoles[] = {"weight", "grad", "mean", "var", "master weight"};
+  if (k < 2) return kSgdMom[k];
+  if (p.rule == kSgd) return "master weight";
+  return p.rule == kSgdMomentum ? kSgdMom[k] : kAdamRoles[k];
+}
+
+MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  Params p;
+  if (!parse_params(attrs, &p)) return MX_FAIL;
+  const int stride = stride_of(p);
+  for (int i = 0; i < p.num_params; ++i) {
+    const int weight = (*in)[i * stride];
+    const bool low = weight == kFloat16 || weight == kBfloat16;
+    if (weight != kFloat32 && !low) {
+      MX_ERROR_MSG << kOp << ": parameter " << i << " has dtype " << dtype_name(weight)
+                   << "; supported: float32, float16, bfloat16";
+      return MX_FAIL;
+    }
+    if (low && !p.master) {
+      MX_ERROR_MSG << kOp << ": parameter " << i << " is " << dtype_name(weight)
+                   << "; low-precision weights need multi_precision=True (float32 master weights)";
+      return MX_FAIL;
+    }
+    for (int k = 1; k < stride; ++k) {
+      const int want = k == 1 ? weight : kFloat32;
+      if ((*in)[i * stride + k] != want) {
+        MX_ERROR_MSG << kOp << ": parameter " << i << ": " << role_of(p, k) << " has dtype "
+                     << dtype_name((*in)[i * stride + k]) << ", expected " << dtype_name(want);
+        return MX_FAIL;
+      }
+    }
+  }
+  const size_t flag = static_cast<size_t>(p.num_params * stride);
+  if ((*in)[flag] != kFloat32 || (*in)[flag + 1] != kFloat64) {
+    MX_ERROR_MSG << kOp << ": the finite flag must be float32 and the scaler state float64 (got "
+                 << dtype_name((*in)[flag]) << ", " << dtype_name((*in)[flag + 1]) << ")";
+    return MX_FAIL;
+  }
+  (*out)[0] = kFloat32;
+  return MX_SUCCESS;
+}
+
+MXReturnValue infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
+  (*out)[0] = std::vector<unsigned int>{1};
+  return MX_SUCCESS;
+}
+
+MXReturnValue mutate_inputs(const Attrs& attrs, std::vector<int>* indices) {
+  Params p;
+  if (!parse_params(attrs, &p)) return MX_FAIL;
+  const int stride = stride_of(p);
+  for (int i = 0; i < p.num_params; ++i) {
+    for (int k = 0; k < stride; ++k) {
+      if (k != 1) indices->push_back(i * stride + k);
+    }
+  }
+  return MX_SUCCESS;
+}
+
+MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                      const OpResource& res) {
+  Params p;
+  if (!parse_params(attrs, &p)) return MX_FAIL;
+  if (on_gpu(*outputs)) return no_cuda(kOp);
+  const int stride = stride_of(p);
+  MXTensor& flag = (*inputs)[p.num_params * stride];
+  MXTensor& state = (*inputs)[p.num_params * stride + 1];
+  if (flag.size() != 1 || state.size() != kScalerStateSize) {
+    MX_ERROR_MSG << kOp << ": the finite flag must hold 1 value and the scaler state " << kScalerStateSize
+                 << " (got " << flag.size() << " and " << state.size() << ")";
+    return MX_FAIL;
+  }
+  const float finite = *flag.data<float>();
+  *(*outputs)[0].data<float>() = finite != 0.0f ? 1.0f : 0.0f;
+  if (finite == 0.0f) return MX_SUCCESS;
+  const double scale = *state.data<double>();
+  UpdateHyper hyper{p.rule, static_cast<float>(p.rescale_grad * (1.0 / scale)), p.clip_gradient, p.momentum,
+                    p.beta1, p.beta2, p.epsilon};
+  std::vector<UpdateSet> sets(p.num_params);
+  const int states = states_of(p.rule);
+  for (int i = 0; i < p.num_params; ++i) {
+    MXTensor* t = &(*inputs)[i * stride];
+    for (int k = 0; k < stride; ++k) {
+      if (t[k].stype != mxnet::ext::kDefaultStorage || t[k].size() != t[0].size()) {
+        MX_ERROR_MSG << kOp << ": parameter " << i << ": " << role_of(p, k) << " must be dense with "
+                     << t[0].size() << " elements like its weight (got " << t[k].size() << ")";
+        return MX_FAIL;
+      }
+    }
+    UpdateSet& s = sets[i];
+    s.weight = {t[0].data_ptr, t[0].size(), static_cast<int>(t[0].dtype)};
+    s.grad = t[1].data_ptr;
+    s.state0 = states > 0 ? t[2].data<float>() : nullptr;
+    s.state1 = states > 1 ? t[3].data<float>() : nullptr;
+    s.master = p.master ? t[2 + states].data<float>() : nullptr;
+    s.lr = p.lrs[i];
+    s.wd = p.wds[i];
+    s.eta = p.rule == kAdamW ? p.etas[i] : 1.0f;
+  }
+  cpu_multi_tensor_update(kDefaultChunkSize, hyper, sets.data(), p.num_params);
+  return MX_SUCCESS;
+}
+
+}  // namespace
+}  // namespace mxnet_amp
+
+REGISTER_OP(amp_multi_update)
+    .setParseAttrs(mxnet_amp::parse)
+    .setInferType(mxnet_amp::infer_type)
+    .setInferShape(mxnet_amp::infer_shape)
+    .setMutateInputs(mxnet_amp::mutate_inputs)
+    .setForward(mxnet_amp::forward, "cpu");
