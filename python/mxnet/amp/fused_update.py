@@ -19,7 +19,7 @@ from .. import optimizer as _opt
 from . import _ext
 from .adamw import AdamW, bias_correction
 
-__all__ = ["FusedUpdater", "StepResult", "fused_rule"]
+__all__ = ["FusedUpdater", "RuleCache", "StepResult", "fused_rule"]
 
 _RULES = {_opt.SGD: "sgd", _opt.Adam: "adam", AdamW: "adamw"}
 
@@ -51,6 +51,29 @@ def fused_rule(trainer):
             return None, ("parameter %s is %s (fused: float32, or float16 with multi_precision=True)"
                           % (param.name, dtype.name))
     return rule, ""
+
+
+class RuleCache:
+    """:func:`fused_rule` of one trainer, recomputed only when what it depends on may have changed.
+
+    That is: the optimizer object or its momentum / multi_precision, updates on the kvstore, or any parameter's
+    list of arrays (``Parameter.cast`` and ``reset_ctx`` replace it), so a step does not inspect every array.
+    """
+
+    def __init__(self):
+        self._key = None
+        self._rule = None
+
+    def rule(self, trainer):
+        """The rule for ``trainer`` now, or None."""
+        optimizer = trainer._optimizer
+        key = (optimizer, getattr(optimizer, "momentum", None), optimizer.multi_precision,
+               trainer._update_on_kvstore, [param._data for param in trainer._params])
+        cached = self._key
+        if (cached is None or cached[0] is not optimizer or cached[1:4] != key[1:4] or len(cached[4]) != len(key[4])
+                or any(a is not b for a, b in zip(cached[4], key[4]))):
+            self._key, self._rule = key, fused_rule(trainer)[0]
+        return self._rule
 
 
 def _counters(optimizer):

@@ -42,7 +42,7 @@ from .. import autograd
 from .. import ndarray as nd
 from .. import numpy as _mx_np
 from . import _ext, checkpoint, module_api
-from .fused_update import FusedUpdater, StepResult, fused_rule
+from .fused_update import FusedUpdater, RuleCache, StepResult
 from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
 
@@ -81,6 +81,7 @@ class _AmpState:
         self.flag = None
         self.grads = None  # GradBuffers: the parameters' gradients as views of one buffer per device and dtype
         self.updater = None  # FusedUpdater while the trainer's optimizer and parameters allow one
+        self.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
 
 
 def _target_dtype():
@@ -95,27 +96,50 @@ def _state(trainer):
     return amp_state
 
 
-def _check_grads(trainer, inv_scale, ignore_stale_grad=False):
-    """Unscale (when ``inv_scale != 1``) and check every gradient on every device; returns a device flag.
+def _fresh(trainer, ignore_stale_grad):
+    """The ``(index, parameter)`` pairs whose gradients this step uses, and how many have gradients at all.
 
-    One fused call per device (a Trainer's parameters all live on the same device list, in the same order).
-    With ``ignore_stale_grad``, parameters whose gradient was not recomputed since the last step are left out,
-    as the update leaves them out: an old inf there must not skip every later step.
+    Raises MXNet's own stale-gradient error (``Trainer._update``'s) before anything changes, unless
+    ``ignore_stale_grad``: then parameters whose gradient was not recomputed since the last step are left out.
     """
-    params = [param for param in trainer._params if param.grad_req != "null"]
-    fresh = [param for param in params
-             if not ignore_stale_grad or all(data._fresh_grad for data in param.list_data())]
+    fresh, total = [], 0
+    for index, param in enumerate(trainer._params):
+        if param.grad_req == "null":
+            continue
+        total += 1
+        stale = next((data for data in param.list_data() if not data._fresh_grad), None)
+        if stale is None:
+            fresh.append((index, param))
+        elif not ignore_stale_grad:
+            raise UserWarning(
+                "Gradient of Parameter `%s` on context %s has not been updated by backward since last `step`. "
+                "This could mean a bug in your model that made it only use a subset of the Parameters (Blocks) "
+                "for this iteration. If you are intentionally only using a subset, call step with "
+                "ignore_stale_grad=True to suppress this warning and skip updating of Parameters with stale "
+                "gradient" % (param.name, str(stale.context)))
+    return fresh, total
+
+
+def _check_grads(trainer, inv_scale, fresh, total):
+    """Unscale (when ``inv_scale != 1``) and check the gradients of ``fresh`` on every device; returns a flag.
+
+    One fused call per device (a Trainer's parameters all live on the same device list, in the same order),
+    over the contiguous gradient buffers when every parameter with a gradient is in ``fresh``. Stale gradients
+    left out by ``ignore_stale_grad`` are not checked, as the update leaves them out: an old inf there must not
+    skip every later step.
+    """
     if not fresh:
-        if params:
+        if total:
             return nd.ones((1,))  # every gradient is stale: nothing to check, the update skips them all
         raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
-    if len(fresh) == len(params):  # the common case: one call per device over the contiguous buffers
+    params = [param for _, param in fresh]
+    if len(fresh) == total:  # the common case: one call per device over the contiguous buffers
         amp_state = _state(trainer)
         if amp_state.grads is None or not amp_state.grads.current(params):
             amp_state.grads = GradBuffers(params)
         per_device = amp_state.grads.per_device()
     else:
-        per_device = [list(grads) for grads in zip(*(param.list_grad() for param in fresh))]
+        per_device = [list(grads) for grads in zip(*(param.list_grad() for param in params))]
     with autograd.pause():
         flags = [_ext.unscale_and_check(grads, inv_scale) for grads in per_device]
         flag = flags[0]
@@ -143,7 +167,7 @@ def _on_kvstore(trainer):
 def _fused_updater(trainer):
     """The trainer's FusedUpdater, or None when its optimizer or parameters need MXNet's own update."""
     amp_state = _state(trainer)
-    rule = fused_rule(trainer)[0] if amp_state.fused else None
+    rule = amp_state.rules.rule(trainer) if amp_state.fused else None
     if rule is None:
         _settle(trainer)
         amp_state.updater = None
@@ -164,13 +188,11 @@ def _apply(trainer, batch_size, ignore_stale_grad):
     """Check (or reuse amp.unscale's check), then update or skip; advance the scaler. Returns a StepResult."""
     amp_state = _state(trainer)
     unscaled = amp_state.stage is _Stage.UNSCALED
-    flag = amp_state.flag if unscaled else _check_grads(trainer, 1.0, ignore_stale_grad)
+    fresh, total = _fresh(trainer, ignore_stale_grad)
+    flag = amp_state.flag if unscaled else _check_grads(trainer, 1.0, fresh, total)
     amp_state.stage, amp_state.flag = _Stage.READY, None
     updater = None if _on_kvstore(trainer) else _fused_updater(trainer)
     if updater is not None:
-        fresh = [(i, param) for i, param in enumerate(trainer._params) if param.grad_req != "null"
-                 and (not ignore_stale_grad or all(data._fresh_grad for data in param.list_data()))]
-        _check_fresh(trainer, ignore_stale_grad)
         trainer._optimizer.rescale_grad = trainer._scale / batch_size
         scaler_state = (_unit_state(flag.context) if unscaled
                         else amp_state.scaler.device_state(flag.context))
@@ -194,22 +216,6 @@ def _apply(trainer, batch_size, ignore_stale_grad):
                     data._fresh_grad = False
     _report(amp_state.scaler, finite)
     return StepResult(finite)
-
-
-def _check_fresh(trainer, ignore_stale_grad):
-    """Raise MXNet's own error for a stale gradient (what ``Trainer._update`` raises) before anything changes."""
-    if ignore_stale_grad:
-        return
-    for param in trainer._params:
-        if param.grad_req != "null":
-            for data in param.list_data():
-                if not data._fresh_grad:
-                    raise UserWarning(
-                        "Gradient of Parameter `%s` on context %s has not been updated by backward since last "
-                        "`step`. This could mean a bug in your model that made it only use a subset of the "
-                        "Parameters (Blocks) for this iteration. If you are intentionally only using a subset, "
-                        "call step with ignore_stale_grad=True to suppress this warning and skip updating of "
-                        "Parameters with stale gradient" % (param.name, str(data.context)))
 
 
 _UNIT_STATES = {}  # Context -> float64 (6,) scaler state with scale 1 (gradients amp.unscale already unscaled)
@@ -486,7 +492,8 @@ def unscale(trainer):
     _ensure_kvstore(trainer)
     if amp_state.stage is _Stage.READY and trainer._kvstore and not trainer._update_on_kvstore:
         trainer._allreduce_grads()
-    amp_state.flag = _check_grads(trainer, 1.0 / amp_state.scaler.scale)
+    with_grads = [(i, p) for i, p in enumerate(trainer._params) if p.grad_req != "null"]
+    amp_state.flag = _check_grads(trainer, 1.0 / amp_state.scaler.scale, with_grads, len(with_grads))
     amp_state.stage = _Stage.UNSCALED
 
 
