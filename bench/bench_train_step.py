@@ -24,7 +24,7 @@ CONFIGS = ("fp32", "contrib_bf16", "amp_bf16")
 #: Step-profile columns, in print order; an op is counted in the first category whose test it passes.
 CATEGORIES = ("forward", "backward", "casts", "check", "optimizer")
 _CASTS = ("amp_cast", "amp_multicast", "amp_round", "amp_multi_cast", "amp_multi_widest_cast")
-_CHECKS = ("amp_multi_unscale_check", "multi_all_finite", "all_finite")
+_CHECKS = ("amp_multi_unscale_check", "amp_scaler_update", "multi_all_finite", "all_finite")
 
 
 def category(op):

@@ -72,7 +72,16 @@ CASES = [  # data shape, num_filter, kernel, stride, pad, dilate, groups
     ((2, 3, 17, 17), 16, (7, 7), (2, 2), (3, 3), (1, 1), 1),  # a stem: three channels
     ((3, 5, 11), 6, (3,), (2,), (1,), (1,), 1),               # 1-D
     ((1, 4, 5, 6, 7), 4, (2, 3, 3), (1, 2, 1), (1, 0, 1), (1, 1, 2), 2),  # 3-D
+    # at most 16 output positions, no groups: im2col + one matrix product (onednn/conv_gemm.cc)
+    ((4, 32, 2, 2), 24, (3, 3), (1, 1), (1, 1), (1, 1), 1),   # a ResNet's last stage: taps mostly in padding
+    ((2, 6, 4, 4), 8, (3, 3), (1, 1), (2, 2), (2, 2), 1),     # dilated
+    ((1, 4, 2, 2, 3), 5, (2, 2, 3), (1, 1, 1), (1, 0, 1), (1, 1, 1), 1),  # 3-D
 ]
+
+# Geometries of the matrix-product path (and the 1-D and downsample cases above, which take it too).
+GEMM_CASES = [case for case in CASES if case[-1] == 1 and
+              np.prod([(case[0][2 + i] + 2 * case[4][i] - case[5][i] * (case[2][i] - 1) - 1) // case[3][i] + 1
+                       for i in range(len(case[2]))]) <= 16]
 
 
 @requires_onednn3
@@ -176,6 +185,40 @@ def test_bf16_gradients_match_mxnet_float32_convolution():
         assert got.dtype == BFLOAT16
         want = want.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+@requires_onednn3
+@pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_small_outputs_match_mxnet_forward_and_gradients(case, dtype):
+    shape, num_filter, kernel, stride, pad, dilate, _ = case
+    assert len(GEMM_CASES) == 5
+    x, w, b = _values(*shape), _values(num_filter, shape[1], *kernel), _values(num_filter)
+    attrs = dict(kernel=kernel, stride=stride, pad=pad, dilate=dilate, num_filter=num_filter)
+    cast = _bf16 if dtype == "bfloat16" else mx.nd.array
+    rounded = (lambda v: v) if dtype == "float32" else bf16_round
+    out_shape = mx.nd.Convolution(mx.nd.array(x), mx.nd.array(w), mx.nd.array(b), **attrs).shape
+    head = _values(*out_shape)
+    y, ours = _grads([cast(x), cast(w), cast(b)], cast(head), **attrs)
+    refs = [mx.nd.array(rounded(v)) for v in (x, w, b)]
+    for a in refs:
+        a.attach_grad()
+    with autograd.record():
+        ref_y = mx.nd.Convolution(*refs, **attrs)
+    ref_y.backward(mx.nd.array(rounded(head)))
+    tol = 1e-5 if dtype == "float32" else 2 ** -7
+    for name, got, want in zip(("output", "data", "weight", "bias"), [y] + ours, [ref_y] + [a.grad for a in refs]):
+        want = want.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)
+
+
+@requires_onednn3
+def test_small_output_fused_sum_and_relu():
+    x, w, addend = _values(4, 32, 2, 2), _values(24, 32, 3, 3), _values(4, 24, 2, 2)
+    y = mx.nd.amp_convolution(_bf16(x), _bf16(w), mx.nd.array(addend), kernel=(3, 3), pad=(1, 1), num_filter=24,
+                              no_bias=True, with_sum=True, act_type="relu", out_dtype="float32")
+    ref, mag, k = _reference(bf16_round(x), bf16_round(w), None, (1, 1), (1, 1), (1, 1), 1)
+    assert_accumulated(_np(y), np.maximum(ref + addend, 0), mag + np.abs(addend), k, "float32")
 
 
 def _deconv_reference(x, w, b, stride, pad, dilate, adj, groups):

@@ -8,7 +8,8 @@
  * call therefore reorders its plain inputs into the layouts the primitive picked, runs it, and reorders its
  * result back; a reorder is one pass over a tensor, a small cost beside the convolution it enables
  * (bench/bench_conv.py). Residual sums and ReLU are fused as post-ops, so a ResNet block's tail costs no extra
- * pass. Threads, the primitive cache and scratch memory: common.h.
+ * pass. Convolutions with few output positions (the last stages of a ResNet on small images) run as one
+ * matrix product instead: conv_gemm.cc. Threads, the primitive cache and scratch memory: common.h.
  */
 #include <cstring>
 #include <stdexcept>
@@ -18,6 +19,7 @@
 
 #include "api.h"
 #include "common.h"
+#include "conv_gemm.h"
 
 namespace mxnet_amp_onednn {
 namespace {
@@ -39,7 +41,9 @@ struct Cached {
   memory::desc scratchpad;
 };
 
-std::string problem_key(const AmpConv& c) {
+}  // namespace
+
+std::string conv_key(const AmpConv& c) {
   std::vector<int64_t> k = {c.pass,        c.spatial, c.batch,      c.in_channels, c.out_channels,
                             c.groups,      c.dtype,   c.out_dtype,  c.bias_dtype,  c.relu,
                             c.addend != nullptr};
@@ -48,6 +52,8 @@ std::string problem_key(const AmpConv& c) {
   }
   return key_of(k);
 }
+
+namespace {
 
 struct Geometry {
   memory::dims src, weights, dst, bias, strides, dilates, pad_l, pad_r;
@@ -179,7 +185,8 @@ void pointers(const AmpConv& c, int arg, const void** read, void** write) {
 
 void run(const AmpConv& c) {
   const TeamSize team(team_threads());  // before creating the primitive: it splits work by the team size
-  const auto entry = cached<Cached>(problem_key(c), [&c] { return create(c); });
+  if (conv_gemm_eligible(c)) return conv_gemm_run(c);
+  const auto entry = cached<Cached>(conv_key(c), [&c] { return create(c); });
   auto& engine = cpu_engine();
   dnnl::stream stream(engine);
   std::unordered_map<int, memory> args = {
