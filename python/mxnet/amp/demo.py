@@ -151,7 +151,7 @@ def train(config, use_amp, data, log=print, ctx=None):
                             autograd.backward(scaled)
                 if not use_amp:
                     loss.backward()
-                if trainer.step(len(idx)) is False:
+                if not trainer.step(len(idx)):  # reading the result waits for the step (the loss is read anyway)
                     hist["skipped"].append(len(hist["scales"]) - 1)
                 total += float(loss.sum().asscalar())
                 count += len(idx)
