@@ -190,6 +190,12 @@ class Policy:
             return None
         return name if _onednn_loaded() else None
 
+    def native_substitute(self, op, device_type):
+        """``(op, attributes)`` replacing dtype-neutral ``op`` on low precision inputs on ``device_type``
+        (``lists.native_substitutes``) where the graph runs natively there, or None."""
+        native = self.emulate is False or (self.emulate is None and native_support(self.target_dtype, device_type))
+        return lists.native_substitutes(self.target_dtype, device_type).get(op) if native else None
+
     def neutral_in_float32(self, op, device_type):
         """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``
         (``lists.float32_kernels``: its low precision kernel is slower) where the graph runs natively there:

@@ -16,7 +16,7 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
 from mxnet.amp import convert as C, graph, lists
-from mxnet.amp.policy import BFLOAT16 as BF16, make_policy
+from mxnet.amp.policy import BFLOAT16 as BF16, make_policy, native_support
 
 from amp_testing import requires_native_bf16
 
@@ -312,3 +312,29 @@ def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatc
     ref = real(mx.nd.amp_cast(x, dtype="float32"), gamma, beta, mean, var, use_global_stats=True)
     np.testing.assert_array_equal(mx.nd.amp_cast(y, dtype="float32").asnumpy(),
                                   mx.nd.amp_cast(mx.nd.amp_cast(ref, dtype=BF16), dtype="float32").asnumpy())
+
+
+@pytest.mark.parametrize("emulate", [None, True])
+def test_relu_on_bf16_becomes_onednn_activation_where_bf16_is_native(monkeypatch, emulate):
+    # lists.native_substitutes: MXNet's relu has no oneDNN path (mshadow's emulated bfloat16 arithmetic, 9x
+    # slower than Activation(relu) forward + backward); the rewriter swaps in the same function's oneDNN kernel
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    assert lists.native_substitutes("bfloat16", "cpu")["relu"] == ("Activation", {"act_type": "relu"})
+    assert not lists.native_substitutes("float16", "cpu") and not lists.native_substitutes("bfloat16", "gpu")
+    x = mx.sym.var("data")
+    sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
+    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16", emulate=emulate), "cpu")
+    relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
+    if emulate:  # float32 values on an emulated path: MXNet's relu stays
+        assert relu["op"] == "relu"
+        return
+    assert (relu["op"], relu["attrs"]["act_type"]) == ("Activation", "relu")
+    monkeypatch.delenv("MXNET_AMP_EMULATE")
+    if not native_support("bfloat16", "cpu"):
+        return  # the values need MXNet's bfloat16 kernels: checked where the CPU (and the run) has them
+    values = np.random.RandomState(1).uniform(-1, 1, (4, 5)).astype(np.float32)
+    args = {"data": mx.nd.array(values), "fc_weight": mx.nd.array(np.eye(6, 5, dtype=np.float32)),
+            "fc_bias": mx.nd.zeros(6)}
+    got = low.eval(ctx=mx.cpu(), **args)[0].astype("float32").asnumpy()
+    np.testing.assert_array_equal(got[:, :5], np.maximum(mx.nd.amp_cast(mx.nd.amp_cast(
+        mx.nd.array(values), dtype=BF16), dtype="float32").asnumpy(), 0))

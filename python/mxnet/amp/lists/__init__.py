@@ -41,7 +41,7 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
+           "emulation_kernels", "float32_kernels", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
            "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
@@ -137,6 +137,8 @@ class _Table:
         self.float32_kernels = MappingProxyType({dev: frozenset(ops) for dev, ops in module.FLOAT32_KERNELS.items()})
         self.emulation_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                    for dev, ops in module.EMULATION_KERNELS.items()})
+        self.native_substitutes = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                                    for dev, ops in module.NATIVE_SUBSTITUTES.items()})
 
 
 _TABLES = {}
@@ -372,6 +374,18 @@ def float32_kernels(dtype, device_type):
         For an unknown dtype or device type.
     """
     return _for_device(_table(dtype).float32_kernels, device_type)
+
+
+def native_substitutes(dtype, device_type):
+    """Return ``{op: (op, attributes)}``: dtype-neutral ops replaced, where ``device_type`` runs ``dtype``
+    natively and the op's inputs are low precision, by an op computing the same function faster.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(_table(dtype).native_substitutes, device_type)
 
 
 def is_library_kernel(op):

@@ -91,6 +91,15 @@ EMULATION_KERNELS = {
 # 0.25-0.27 s. Conversion folds inference BatchNorms into the convolution before them anyway.
 FLOAT32_KERNELS = {"cpu": g.BATCH_NORM, "gpu": ()}
 
+# Dtype-neutral op -> (op, attributes) computing the same function with a faster low precision kernel, where
+# the device runs bfloat16 natively. MXNet 1.9.1's ``relu`` has no oneDNN path: on bfloat16 it runs mshadow's
+# emulated arithmetic, 12.2 ms forward + backward on 64x32x16x16 against 1.4 ms for ``Activation(relu)``
+# (oneDNN's eltwise) and 3.2 ms for float32 ``relu`` (tests/python/unittest/test_native_bf16.py).
+NATIVE_SUBSTITUTES = {
+    "cpu": {"relu": ("Activation", {"act_type": "relu"}), "_npx_relu": ("_npx_activation", {"act_type": "relu"})},
+    "gpu": {},
+}
+
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
 # list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
 FP32_PARAM_OPS = g.BATCH_NORM

@@ -57,6 +57,9 @@ LIBRARY_KERNELS = {"cpu": {}, "gpu": {}}
 # Dtype-neutral ops run in float32 between casts (see bfloat16.FLOAT32_KERNELS): none for float16.
 FLOAT32_KERNELS = {"cpu": (), "gpu": ()}
 
+# Faster equivalents of dtype-neutral ops (see bfloat16.NATIVE_SUBSTITUTES): none for float16.
+NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
+
 # Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why.
 EMULATION_KERNELS = {
     "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
