@@ -21,8 +21,8 @@ import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "cpu_isa", "onednn", "multi_cast",
-           "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
+__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "cpu_isa", "cuda_kernels", "onednn",
+           "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
 ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution", "amp_deconvolution")
@@ -81,6 +81,14 @@ def cpu_isa():
     func = ctypes.CDLL(LIBRARY_PATH).mxnet_amp_cpu_isa
     func.restype = ctypes.c_char_p
     return func().decode()
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_kernels():
+    """Whether the library was built with its CUDA kernels (``-DMXNET_AMP_CUDA=ON``): its ops then run on GPUs."""
+    func = ctypes.CDLL(LIBRARY_PATH).mxnet_amp_cuda_kernels
+    func.restype = ctypes.c_int
+    return bool(func())
 
 
 @functools.lru_cache(maxsize=None)

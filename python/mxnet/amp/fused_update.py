@@ -44,8 +44,9 @@ def fused_rule(trainer):
         if param.grad_req == "null":
             continue
         for data in param.list_data():
-            if data.context.device_type != "cpu":
-                return None, "parameter %s is on %s (the fused update runs on CPUs)" % (param.name, data.context)
+            if data.context.device_type != "cpu" and not _ext.cuda_kernels():
+                return None, ("parameter %s is on %s and libmxnet_amp was built without CUDA kernels"
+                              % (param.name, data.context))
         dtype = np.dtype(param.dtype)
         if dtype != np.float32 and not (dtype == np.float16 and optimizer.multi_precision):
             return None, ("parameter %s is %s (fused: float32, or float16 with multi_precision=True)"

@@ -15,6 +15,7 @@
 #include "convert.h"
 #include "cpu_loops.h"
 #include "multi_tensor.h"
+#include "update_rules.h"
 
 #ifndef AMP_ISA
 #error "AMP_ISA must be defined (baseline, avx2 or avx512)"
@@ -255,11 +256,8 @@ bool unscale(int dtype, void* data, int64_t n, float inv_scale, bool write, doub
   }
 }
 
-// ---- optimizer updates ---------------------------------------------------------------------------
-// The expressions follow MXNet 1.9.1's kernels operation by operation (see UpdateSet), and this file is
-// compiled with -ffp-contract=off, so results agree bit for bit with MXNet's float32 arithmetic.
-
-inline float clip(float x, float bound) { return x > bound ? bound : (x < -bound ? -bound : x); }
+// ---- optimizer updates: the element rules of update_rules.h over one chunk ---------------------------------
+// This file is compiled with -ffp-contract=off, so results agree bit for bit with MXNet's float32 arithmetic.
 
 // W: storage of weight and grad (F32, or F16/BF16 with float32 master weights).
 template <typename W, bool kMaster>
@@ -285,43 +283,23 @@ struct Params {
 template <typename W, bool kMaster, bool kMomentum, bool kClip>
 void sgd_loop(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
   const Params<W, kMaster> p(set, b);
-  const float momentum = h.momentum, lr = set.lr, lr_wd = set.lr * set.wd;
-  const float lr_rescale = set.lr * h.rescale_grad, rescale = h.rescale_grad, c = h.clip_gradient;
+  const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
+  float unused = 0.0f;
   const int64_t n = e - b;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float w = p.load_w(i);
-    const float g = W::load(p.grad[i]);
-    const float m0 = kMomentum ? p.s0[i] : 0.0f;
-    const float step = kClip ? lr * clip(rescale * g, c) : lr_rescale * g;
-    const float m = momentum * m0 - lr_wd * w - step;
-    if (kMomentum) p.s0[i] = m;
-    w = w + m;
-    p.store_w(i, w);
+    p.store_w(i, sgd_element<kMomentum, kClip>(k, p.load_w(i), W::load(p.grad[i]), kMomentum ? &p.s0[i] : &unused));
   }
 }
 
 template <typename W, bool kMaster, bool kDecoupled, bool kClip>
 void adam_loop(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
   const Params<W, kMaster> p(set, b);
-  const float rescale = h.rescale_grad, c = h.clip_gradient, lr = set.lr, wd = set.wd, eta = set.eta;
-  const float beta1 = h.beta1, beta2 = h.beta2, eps = h.epsilon;
-  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+  const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
   const int64_t n = e - b;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float w = p.load_w(i);
-    const float g = W::load(p.grad[i]);
-    float d = kDecoupled ? rescale * g : g * rescale + w * wd;
-    if (kClip) d = clip(d, c);
-    const float mean = beta1 * p.s0[i] + one_minus_beta1 * d;
-    const float var = kDecoupled ? beta2 * p.s1[i] + one_minus_beta2 * (d * d)
-                                 : beta2 * p.s1[i] + one_minus_beta2 * d * d;
-    p.s0[i] = mean;
-    p.s1[i] = var;
-    w = kDecoupled ? w - eta * (lr * mean / (std::sqrt(var) + eps) + wd * w)
-                   : w - lr * mean / (std::sqrt(var) + eps);
-    p.store_w(i, w);
+    p.store_w(i, adam_element<kDecoupled, kClip>(k, p.load_w(i), W::load(p.grad[i]), &p.s0[i], &p.s1[i]));
   }
 }
 

@@ -10,6 +10,7 @@
 #define MXNET_AMP_KERNELS_CUDA_KERNELS_H_
 
 #include "multi_tensor.h"
+#include "scaler_rule.h"
 
 namespace mxnet_amp {
 
@@ -19,6 +20,19 @@ const char* cuda_multi_tensor_cast(int64_t chunk_size, const TensorRef* inputs,
 const char* cuda_multi_tensor_unscale_check(int64_t chunk_size, float* finite_flag,
                                             float* sum_squares, const TensorRef* tensors, int n,
                                             float inv_scale, void* stream);
+
+/*!
+ * \brief cpu_multi_tensor_update on the GPU (cuda_update.cu), skipped on the device: finite_flag and
+ *        scaler_state are device pointers; the gradient multiplier is rescale_grad / scaler_state[0] and
+ *        hyper.rescale_grad is ignored. *applied (device) receives 1.0f if the update ran, else 0.0f.
+ */
+const char* cuda_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const UpdateSet* sets, int n,
+                                     const float* finite_flag, const double* scaler_state, double rescale_grad,
+                                     float* applied, void* stream);
+
+/*! \brief scaler_step on the device state (kScalerStateSize doubles); *scale receives the new scale. */
+const char* cuda_scaler_update(const ScalerRule& rule, double* state, const float* finite_flag, float* scale,
+                               void* stream);
 
 }  // namespace mxnet_amp
 

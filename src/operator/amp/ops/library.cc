@@ -1,7 +1,7 @@
 /*!
  * \file library.cc
- * \brief Library entry point checked by mx.library.load (accepts MXNet 1.9.x), and the instruction
- *        set the CPU kernels dispatched to, for mxnet.amp._ext.cpu_isa().
+ * \brief Library entry point checked by mx.library.load (accepts MXNet 1.9.x), the instruction set the
+ *        CPU kernels dispatched to (mxnet.amp._ext.cpu_isa()) and whether CUDA kernels are built in.
  */
 #include "mxnet/lib_api.h"
 #include "../kernels/multi_tensor.h"
@@ -13,3 +13,12 @@ mxnet::ext::MXReturnValue initialize(int version) {
 }
 
 extern "C" const char* mxnet_amp_cpu_isa() { return mxnet_amp::cpu_isa(); }
+
+// 1 when the library was built with its CUDA kernels (-DMXNET_AMP_CUDA=ON), for mxnet.amp._ext.cuda_kernels().
+extern "C" int mxnet_amp_cuda_kernels() {
+#if defined(MXNET_AMP_CUDA)
+  return 1;
+#else
+  return 0;
+#endif
+}

@@ -15,12 +15,15 @@
 
 #include "glue.h"
 #include "../kernels/multi_tensor.h"
+#include "../kernels/scaler_rule.h"
+#if defined(MXNET_AMP_CUDA)
+#include "../kernels/cuda_kernels.h"
+#endif
 
 namespace mxnet_amp {
 namespace {
 
 constexpr char kOp[] = "amp_multi_update";
-constexpr int kScalerStateSize = 6;
 
 struct Params {
   int rule;
@@ -147,7 +150,6 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
                       const OpResource& res) {
   Params p;
   if (!parse_params(attrs, &p)) return MX_FAIL;
-  if (on_gpu(*outputs)) return no_cuda(kOp);
   const int stride = stride_of(p);
   MXTensor& flag = (*inputs)[p.num_params * stride];
   MXTensor& state = (*inputs)[p.num_params * stride + 1];
@@ -156,12 +158,11 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
                  << " (got " << flag.size() << " and " << state.size() << ")";
     return MX_FAIL;
   }
-  const float finite = *flag.data<float>();
-  *(*outputs)[0].data<float>() = finite != 0.0f ? 1.0f : 0.0f;
-  if (finite == 0.0f) return MX_SUCCESS;
-  const double scale = *state.data<double>();
-  UpdateHyper hyper{p.rule, static_cast<float>(p.rescale_grad * (1.0 / scale)), p.clip_gradient, p.momentum,
-                    p.beta1, p.beta2, p.epsilon};
+  const bool gpu = on_gpu(*outputs);
+#if !defined(MXNET_AMP_CUDA)
+  if (gpu) return no_cuda(kOp);
+#endif
+  UpdateHyper hyper{p.rule, 1.0f, p.clip_gradient, p.momentum, p.beta1, p.beta2, p.epsilon};
   std::vector<UpdateSet> sets(p.num_params);
   const int states = states_of(p.rule);
   for (int i = 0; i < p.num_params; ++i) {
@@ -183,6 +184,18 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
     s.wd = p.wds[i];
     s.eta = p.rule == kAdamW ? p.etas[i] : 1.0f;
   }
+  float* applied = (*outputs)[0].data<float>();
+#if defined(MXNET_AMP_CUDA)
+  if (gpu) {
+    return cuda_result(kOp, cuda_multi_tensor_update(kDefaultChunkSize, hyper, sets.data(), p.num_params,
+                                                     flag.data<float>(), state.data<double>(), p.rescale_grad,
+                                                     applied, res.get_cuda_stream()));
+  }
+#endif
+  const float finite = *flag.data<float>();
+  *applied = finite != 0.0f ? 1.0f : 0.0f;
+  if (finite == 0.0f) return MX_SUCCESS;
+  hyper.rescale_grad = static_cast<float>(p.rescale_grad * (1.0 / *state.data<double>()));
   cpu_multi_tensor_update(kDefaultChunkSize, hyper, sets.data(), p.num_params);
   return MX_SUCCESS;
 }
@@ -195,4 +208,8 @@ REGISTER_OP(amp_multi_update)
     .setInferType(mxnet_amp::infer_type)
     .setInferShape(mxnet_amp::infer_shape)
     .setMutateInputs(mxnet_amp::mutate_inputs)
-    .setForward(mxnet_amp::forward, "cpu");
+    .setForward(mxnet_amp::forward, "cpu")
+#if defined(MXNET_AMP_CUDA)
+    .setForward(mxnet_amp::forward, "gpu")
+#endif
+    ;

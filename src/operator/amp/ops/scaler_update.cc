@@ -8,20 +8,20 @@
  * rule is mxnet.amp.loss_scaler.next_state, in float64 like Python's floats. Output: the new scale as
  * float32 (1,), what the next loss is multiplied by.
  */
-#include <algorithm>
 #include <vector>
 
 #include "glue.h"
+#include "../kernels/scaler_rule.h"
+#if defined(MXNET_AMP_CUDA)
+#include "../kernels/cuda_kernels.h"
+#endif
 
 namespace mxnet_amp {
 namespace {
 
 constexpr char kOp[] = "amp_scaler_update";
 
-struct Params {
-  bool dynamic;
-  double growth_factor, backoff_factor, growth_interval, min_scale, max_scale;
-};
+using Params = ScalerRule;
 
 bool parse_params(const Attrs& attrs, Params* p) {
   return parse_bool(kOp, attrs, "dynamic", true, &p->dynamic) &&
@@ -64,31 +64,22 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
                       const OpResource& res) {
   Params p;
   if (!parse_params(attrs, &p)) return MX_FAIL;
-  if (on_gpu(*outputs)) return no_cuda(kOp);
-  if ((*inputs)[0].size() != 6 || (*inputs)[1].size() != 1) {
-    MX_ERROR_MSG << kOp << ": the scaler state must hold 6 values and the flag 1 (got " << (*inputs)[0].size()
-                 << " and " << (*inputs)[1].size() << ")";
+  if ((*inputs)[0].size() != kScalerStateSize || (*inputs)[1].size() != 1) {
+    MX_ERROR_MSG << kOp << ": the scaler state must hold " << kScalerStateSize << " values and the flag 1 (got "
+                 << (*inputs)[0].size() << " and " << (*inputs)[1].size() << ")";
     return MX_FAIL;
   }
-  double* s = (*inputs)[0].data<double>();
-  const bool finite = *(*inputs)[1].data<float>() != 0.0f;
-  double &scale = s[0], &tracker = s[1], &steps = s[2], &skipped = s[3], &last = s[4], &at_floor = s[5];
-  steps += 1.0;
-  if (finite) {
-    if (p.dynamic && ++tracker >= p.growth_interval) {
-      scale = std::min(scale * p.growth_factor, p.max_scale);
-      tracker = 0.0;
-    }
-  } else {
-    skipped += 1.0;
-    last = steps;
-    if (p.dynamic) {
-      scale = std::max(scale * p.backoff_factor, p.min_scale);
-      tracker = 0.0;
-    }
+  double* state = (*inputs)[0].data<double>();
+  const float* flag = (*inputs)[1].data<float>();
+  float* scale = (*outputs)[0].data<float>();
+  if (on_gpu(*outputs)) {
+#if defined(MXNET_AMP_CUDA)
+    return cuda_result(kOp, cuda_scaler_update(p, state, flag, scale, res.get_cuda_stream()));
+#else
+    return no_cuda(kOp);
+#endif
   }
-  at_floor = p.dynamic && scale <= p.min_scale ? at_floor + 1.0 : 0.0;
-  *(*outputs)[0].data<float>() = static_cast<float>(scale);
+  *scale = static_cast<float>(scaler_step(p, state, *flag != 0.0f));
   return MX_SUCCESS;
 }
 
@@ -100,4 +91,8 @@ REGISTER_OP(amp_scaler_update)
     .setInferType(mxnet_amp::infer_type)
     .setInferShape(mxnet_amp::infer_shape)
     .setMutateInputs(mxnet_amp::mutate_inputs)
-    .setForward(mxnet_amp::forward, "cpu");
+    .setForward(mxnet_amp::forward, "cpu")
+#if defined(MXNET_AMP_CUDA)
+    .setForward(mxnet_amp::forward, "gpu")
+#endif
+    ;

@@ -1,0 +1,58 @@
+/*!
+ * \file update_rules.h
+ * \brief The optimizer update of one element (SGD, SGD with momentum, Adam, AdamW), shared by the CPU loops
+ *        and the CUDA kernels.
+ *
+ * Each function repeats MXNet 1.9.1's float32 expression operation by operation (see UpdateSet in
+ * multi_tensor.h); callers compile it without floating-point contraction on CPUs, where that makes the results
+ * MXNet's bit for bit.
+ */
+#ifndef MXNET_AMP_KERNELS_UPDATE_RULES_H_
+#define MXNET_AMP_KERNELS_UPDATE_RULES_H_
+
+#include <math.h>
+
+#include "convert.h"
+#include "multi_tensor.h"
+
+namespace mxnet_amp {
+
+/*! \brief The scalars of one parameter's update, derived once per call. */
+struct UpdateScalars {
+  float momentum, lr, lr_wd, lr_rescale, rescale, clip, wd, eta, beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float epsilon;
+};
+
+AMP_HD UpdateScalars update_scalars(const UpdateHyper& h, const UpdateSet& s, float rescale) {
+  return {h.momentum, s.lr, s.lr * s.wd, s.lr * rescale, rescale, h.clip_gradient, s.wd, s.eta, h.beta1, h.beta2,
+          1.0f - h.beta1, 1.0f - h.beta2, h.epsilon};
+}
+
+AMP_HD float clip_to(float x, float bound) { return x > bound ? bound : (x < -bound ? -bound : x); }
+
+/*! \brief SGD: returns the new weight; *m is the momentum (read and written when kMomentum). */
+template <bool kMomentum, bool kClip>
+AMP_HD float sgd_element(const UpdateScalars& p, float w, float g, float* m) {
+  const float m0 = kMomentum ? *m : 0.0f;
+  const float step = kClip ? p.lr * clip_to(p.rescale * g, p.clip) : p.lr_rescale * g;
+  const float m1 = p.momentum * m0 - p.lr_wd * w - step;
+  if (kMomentum) *m = m1;
+  return w + m1;
+}
+
+/*! \brief Adam (kDecoupled: AdamW): returns the new weight; *mean and *var are read and written. */
+template <bool kDecoupled, bool kClip>
+AMP_HD float adam_element(const UpdateScalars& p, float w, float g, float* mean, float* var) {
+  float d = kDecoupled ? p.rescale * g : g * p.rescale + w * p.wd;
+  if (kClip) d = clip_to(d, p.clip);
+  const float m = p.beta1 * *mean + p.one_minus_beta1 * d;
+  const float v = kDecoupled ? p.beta2 * *var + p.one_minus_beta2 * (d * d) : p.beta2 * *var + p.one_minus_beta2 * d * d;
+  *mean = m;
+  *var = v;
+  return kDecoupled ? w - p.eta * (p.lr * m / (sqrtf(v) + p.epsilon) + p.wd * w)
+                    : w - p.lr * m / (sqrtf(v) + p.epsilon);
+}
+
+}  // namespace mxnet_amp
+
+#endif  // MXNET_AMP_KERNELS_UPDATE_RULES_H_
