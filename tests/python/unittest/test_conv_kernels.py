@@ -139,11 +139,11 @@ def test_invalid_attributes_and_shapes_are_reported():
                               no_bias=True).wait_to_read()
 
 
-def _grads(arrays, head, **attrs):
+def _grads(arrays, head, op=mx.nd.amp_convolution, **attrs):
     for a in arrays:
         a.attach_grad()
     with autograd.record():
-        y = mx.nd.amp_convolution(*arrays, **attrs)
+        y = op(*arrays, **attrs)
     y.backward(head)
     return y, [a.grad for a in arrays]
 
@@ -175,13 +175,9 @@ def test_bf16_gradients_match_mxnet_float32_convolution():
     x, w, b, head = _values(4, 16, 10, 10), _values(32, 16, 3, 3), _values(32), _values(4, 32, 5, 5)
     attrs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=32)
     y, ours = _grads([_bf16(x), _bf16(w), _bf16(b)], _bf16(head), **attrs)
-    rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
-    for a in rounded:
-        a.attach_grad()
-    with autograd.record():
-        ref_y = mx.nd.Convolution(*rounded, **attrs)
-    ref_y.backward(mx.nd.array(bf16_round(head)))
-    for got, want in zip([y] + ours, [ref_y] + [a.grad for a in rounded]):
+    ref_y, refs = _grads([mx.nd.array(bf16_round(v)) for v in (x, w, b)], mx.nd.array(bf16_round(head)),
+                         op=mx.nd.Convolution, **attrs)
+    for got, want in zip([y] + ours, [ref_y] + refs):
         assert got.dtype == BFLOAT16
         want = want.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
@@ -200,14 +196,10 @@ def test_small_outputs_match_mxnet_forward_and_gradients(case, dtype):
     out_shape = mx.nd.Convolution(mx.nd.array(x), mx.nd.array(w), mx.nd.array(b), **attrs).shape
     head = _values(*out_shape)
     y, ours = _grads([cast(x), cast(w), cast(b)], cast(head), **attrs)
-    refs = [mx.nd.array(rounded(v)) for v in (x, w, b)]
-    for a in refs:
-        a.attach_grad()
-    with autograd.record():
-        ref_y = mx.nd.Convolution(*refs, **attrs)
-    ref_y.backward(mx.nd.array(rounded(head)))
+    ref_y, refs = _grads([mx.nd.array(rounded(v)) for v in (x, w, b)], mx.nd.array(rounded(head)),
+                         op=mx.nd.Convolution, **attrs)
     tol = 1e-5 if dtype == "float32" else 2 ** -7
-    for name, got, want in zip(("output", "data", "weight", "bias"), [y] + ours, [ref_y] + [a.grad for a in refs]):
+    for name, got, want in zip(("output", "data", "weight", "bias"), [y] + ours, [ref_y] + refs):
         want = want.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)
 

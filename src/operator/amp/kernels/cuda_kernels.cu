@@ -16,6 +16,7 @@
 
 #include "convert.h"
 #include "cuda_kernels.h"
+#include "cuda_storage.cuh"
 
 namespace mxnet_amp {
 namespace {
@@ -37,26 +38,10 @@ struct TensorBatch {
 };
 static_assert(sizeof(TensorBatch) <= 4096, "kernel arguments must fit in 4 KB");
 
-struct F32 {
-  using storage = float;
-  static __device__ __forceinline__ float load(float v) { return v; }
-  static __device__ __forceinline__ float store(float v) { return v; }
-};
-struct F16 {
-  using storage = uint16_t;
-  static __device__ __forceinline__ float load(uint16_t v) { return half_bits_to_float(v); }
-  static __device__ __forceinline__ uint16_t store(float v) { return float_to_half_bits(v); }
-};
-struct BF16 {
-  using storage = uint16_t;
-  static __device__ __forceinline__ float load(uint16_t v) { return bf16_bits_to_float(v); }
-  static __device__ __forceinline__ uint16_t store(float v) { return float_to_bf16_bits(v); }
-};
-struct F64 {
-  using storage = double;
-  static __device__ __forceinline__ float load(double v) { return static_cast<float>(v); }
-  static __device__ __forceinline__ double store(float v) { return v; }
-};
+using cuda::F32;
+using cuda::F16;
+using cuda::BF16;
+using cuda::F64;
 
 template <typename Src, typename Dst>
 __device__ void cast_range(const void* in, void* out, int64_t begin, int64_t end) {

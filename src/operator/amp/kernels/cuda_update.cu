@@ -13,6 +13,7 @@
 
 #include "convert.h"
 #include "cuda_kernels.h"
+#include "cuda_storage.cuh"
 #include "update_rules.h"
 
 namespace mxnet_amp {
@@ -30,21 +31,9 @@ struct UpdateBatch {
 };
 static_assert(sizeof(UpdateBatch) <= 4096 - 128, "kernel arguments must fit in 4 KB");
 
-struct F32 {
-  using storage = float;
-  static __device__ __forceinline__ float load(float v) { return v; }
-  static __device__ __forceinline__ float store(float v) { return v; }
-};
-struct F16 {
-  using storage = uint16_t;
-  static __device__ __forceinline__ float load(uint16_t v) { return half_bits_to_float(v); }
-  static __device__ __forceinline__ uint16_t store(float v) { return float_to_half_bits(v); }
-};
-struct BF16 {
-  using storage = uint16_t;
-  static __device__ __forceinline__ float load(uint16_t v) { return bf16_bits_to_float(v); }
-  static __device__ __forceinline__ uint16_t store(float v) { return float_to_bf16_bits(v); }
-};
+using cuda::F32;
+using cuda::F16;
+using cuda::BF16;
 
 template <typename W, bool kMaster, int kRule, bool kClip>
 __device__ void update_range(const UpdateScalars& k, const UpdateSet& s, int64_t begin, int64_t end) {
