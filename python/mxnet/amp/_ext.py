@@ -109,6 +109,32 @@ def onednn():
     return ok, info.value.decode()
 
 
+#: oneDNN 3 ISAs (``dnnl::cpu_isa`` names, as :func:`onednn` reports them) on which oneDNN 3.2 creates bfloat16
+#: matrix products and convolutions; below avx512_core (AVX2 CPUs, or ``ONEDNN_MAX_CPU_ISA=AVX2``) it cannot.
+ONEDNN_BF16_ISAS = ("avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx",
+                    "avx512_core_amx_fp16")
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_bf16():
+    """Whether the library's oneDNN 3 kernels can take bfloat16 operands in this process.
+
+    Returns
+    -------
+    (bool, str)
+        ``(True, info)`` where oneDNN 3 is available and runs an ISA of :data:`ONEDNN_BF16_ISAS` (the CPU's,
+        or the one ``ONEDNN_MAX_CPU_ISA`` caps it to); otherwise ``(False, why not)``. Float32 operands run
+        wherever :func:`onednn` is true.
+    """
+    ok, info = onednn()
+    if not ok:
+        return False, info
+    isa = info.rsplit("cpu isa ", 1)[-1]
+    if isa not in ONEDNN_BF16_ISAS:
+        return False, "%s: oneDNN 3.2 has no bfloat16 matrix product or convolution below avx512_core" % info
+    return True, info
+
+
 _ND = mx.nd.NDArray
 _NP = mx.np.ndarray
 

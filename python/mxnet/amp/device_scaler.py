@@ -1,6 +1,6 @@
 """A loss scaler's state on a device: the step rule runs there, so a training step never waits for its flag.
 
-:class:`DeviceMirror` holds a :class:`~mxnet.amp.loss_scaler.ScalerState` as a float64 (6,) NDArray (scale,
+:class:`DeviceMirror` holds a :class:`~mxnet.amp.scaler_state.ScalerState` as a float64 (6,) NDArray (scale,
 growth_tracker, steps, skipped_steps, last_overflow_step with 0 for none, steps_at_floor; float64 holds every
 counter exactly up to 2**53) and advances it with the library's ``amp_scaler_update`` op, queued on MXNet's
 engine after the step's finite check. :class:`~mxnet.amp.loss_scaler.LossScaler` reads it back lazily.
@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import ndarray as nd
 from . import _ext
-from .loss_scaler import ScalerState
+from .scaler_state import ScalerState
 
 __all__ = ["DeviceMirror", "encode", "decode"]
 

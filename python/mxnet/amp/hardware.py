@@ -8,7 +8,7 @@ machine (a minute or two; AVX-512 CPUs only) and gives a verdict: whether the re
 """
 import textwrap
 
-from . import lists
+from . import cpu, lists
 from .policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support
 
 __all__ = ["add_arguments", "run", "format_report", "probe_verdict"]
@@ -29,15 +29,10 @@ def _devices():
 
 
 def _cpu_line():
-    from .policy import _cpu_flags
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    flags = _cpu_flags()
-    return "CPU: %s; %s" % (model, ", ".join("%s %s" % (f, "yes" if f in flags else "no") for f in _CPU_FLAGS))
+    flags = cpu.flags()
+    return "CPU: %s, class (%s) %s; %s" % (
+        cpu.model_name(), cpu.classify(flags).name, cpu.classify(flags).title,
+        ", ".join("%s %s" % (f, "yes" if f in flags else "no") for f in _CPU_FLAGS))
 
 
 def _wrap(title, names):

@@ -27,30 +27,22 @@ import weakref
 from .. import autograd
 from .. import module as _module
 from . import _ext
+from .amp_state import AmpState, Stage, attach, attached, join_group, leave_group, report, state_of
 
 __all__ = ["init_optimizer", "unscale_optimizer"]
 
 _PATCHED = []  # (owner, name, original): Module methods wrapped once
 
 
-def _amp_state(optimizer):
-    from .trainer import _state
-    return _state(optimizer)
-
-
 def init_optimizer(optimizer, scaler, target_dtype):
     """Attach ``scaler`` to ``optimizer`` (an ``mx.optimizer.Optimizer``) for Module-API training."""
-    from .trainer import _ATTR, _GROUPS, _AmpState, _Group
-    state = getattr(optimizer, _ATTR, None)
+    state = attached(optimizer)
     if state is None:
-        state = _AmpState(scaler, target_dtype)
-        state.module = None  # weakref to the Module that ran backward last (what unscale() unscales)
-        state.loss_scale = None  # the scale scale_loss applied since the last update (None: not scaled)
-        setattr(optimizer, _ATTR, state)
+        state = attach(optimizer, AmpState(scaler, target_dtype))
     elif scaler is not state.scaler:
-        _GROUPS[state.scaler].trainers.discard(optimizer)
+        leave_group(optimizer)
         state.scaler = scaler
-    _GROUPS.setdefault(state.scaler, _Group()).trainers.add(optimizer)
+        join_group(optimizer)
     if not _PATCHED:
         for name, wrapper in (("update", _update), ("backward", _backward)):
             original = getattr(_module.Module, name)
@@ -60,8 +52,7 @@ def init_optimizer(optimizer, scaler, target_dtype):
 
 
 def _optimizer_state(mod):
-    from .trainer import _ATTR
-    return getattr(mod._optimizer, _ATTR, None) if mod.optimizer_initialized else None
+    return attached(mod._optimizer) if mod.optimizer_initialized else None
 
 
 def _backward(original):
@@ -94,16 +85,15 @@ def _check(mod, inv_scale):
 
 def _update(original):
     def update(self):
-        from .trainer import _Stage, _report
         state = _optimizer_state(self)
         if state is None:
             return original(self)
-        if state.stage is _Stage.UNSCALED:
+        if state.stage is Stage.UNSCALED:
             flag, inv_scale = state.flag, 1.0
         else:
             flag, inv_scale = _check(self, 1.0), 1.0 / (state.loss_scale or 1.0)
         finite = bool(flag.asnumpy()[0])  # the step's single host sync
-        state.stage, state.flag, state.loss_scale = _Stage.READY, None, None
+        state.stage, state.flag, state.loss_scale = Stage.READY, None, None
         if finite:
             optimizer = self._optimizer
             base = optimizer.rescale_grad
@@ -112,7 +102,7 @@ def _update(original):
                 original(self)
             finally:
                 optimizer.rescale_grad = base
-        _report(state.scaler, finite)
+        report(state.scaler, finite)
         return finite
     update.__doc__ = original.__doc__
     return update
@@ -120,13 +110,12 @@ def _update(original):
 
 def unscale_optimizer(optimizer):
     """``amp.unscale`` for an optimizer: unscale the gradients of the Module that ran ``backward`` last."""
-    from .trainer import _Stage
-    state = _amp_state(optimizer)
-    if state.stage is _Stage.UNSCALED:
+    state = state_of(optimizer)
+    if state.stage is Stage.UNSCALED:
         raise RuntimeError("amp.unscale() has already been called on this optimizer since the last update()")
     mod = state.module() if state.module is not None else None
     if mod is None:
         raise RuntimeError("amp.unscale(optimizer): no Module using this optimizer has run backward() since "
                            "amp.init_trainer(optimizer); call it between Module.backward() and Module.update()")
     state.flag = _check(mod, 1.0 / (state.loss_scale or 1.0))
-    state.stage = _Stage.UNSCALED
+    state.stage = Stage.UNSCALED

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from . import lists
+from . import cpu, lists
 
 __all__ = ["Policy", "make_policy", "KERNELS", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
            "EMULATED", "FLOAT32", "native_support"]
@@ -182,13 +182,15 @@ class Policy:
 
         Where ``lists.library_kernels`` maps ``op`` to one, the policy has ``kernels="auto"`` and no forced
         emulation, the device runs the target dtype natively and the library's oneDNN 3 kernels loaded
-        (:func:`mxnet.amp._ext.onednn`; if they did not, one warning says why and MXNet's kernels run).
+        (:func:`mxnet.amp._ext.onednn`; if they did not, one warning says why and MXNet's kernels run). The
+        kernels need oneDNN to run an AVX-512 ISA (:func:`mxnet.amp._ext.onednn_bf16`: not
+        so where ``ONEDNN_MAX_CPU_ISA`` caps it lower) to take bfloat16.
         """
         name = lists.library_kernels(self.target_dtype, device_type).get(op)
         if (name is None or self.kernels != "auto" or self.emulate is True
                 or not native_support(self.target_dtype, device_type)):
             return None
-        return name if _onednn_loaded() else None
+        return name if _onednn_loaded() and _library_takes(self.target_dtype) else None
 
     def native_substitute(self, op, device_type):
         """``(op, attributes)`` replacing dtype-neutral ``op`` on low precision inputs on ``device_type``
@@ -227,6 +229,19 @@ def _onednn_loaded():
         logging.getLogger("mxnet.amp").warning(
             "mxnet.amp: this project's oneDNN 3 matrix-product kernels are unavailable (%s); FullyConnected, "
             "batch_dot and matmul run on MXNet's kernels", info)
+    return ok
+
+
+@functools.lru_cache(maxsize=None)
+def _library_takes(dtype):
+    """Whether the library's oneDNN 3 kernels take ``dtype`` operands here (one warning when they cannot)."""
+    from . import _ext
+    if dtype != "bfloat16":
+        return True
+    ok, info = _ext.onednn_bf16()
+    if not ok:
+        logging.getLogger("mxnet.amp").warning(
+            "mxnet.amp: %s; matrix products and convolutions run on MXNet's kernels", info)
     return ok
 
 
@@ -347,25 +362,13 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
                   excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs), kernels)
 
 
-@functools.lru_cache(maxsize=None)
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def native_support(dtype, device_type):
     """Whether MXNet 1.9.1 has fast kernels for ``dtype`` on ``device_type``.
 
     GPUs run float16 (MXNet 1.9.1 has no GPU bfloat16 kernels). On CPUs, oneDNN runs bfloat16 only with
     AVX-512 (``avx512_core``: F, BW, VL, DQ); MXNet's CPU float16 kernels are incomplete whatever the CPU.
     ``MXNET_AMP_EMULATE=1`` says no everywhere (everything emulated); ``MXNET_AMP_EMULATE=0`` says yes to
-    bfloat16 on any CPU (the AVX-512 detection skipped).
+    bfloat16 on any CPU (the AVX-512 detection skipped). The flags come from :func:`mxnet.amp.cpu.flags`.
     """
     forced = os.environ.get("MXNET_AMP_EMULATE")
     if forced == "1":
@@ -374,4 +377,4 @@ def native_support(dtype, device_type):
         return dtype == "float16"
     if dtype == "float16":
         return False
-    return forced == "0" or {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags()
+    return forced == "0" or cpu.AVX512_CORE <= cpu.flags()

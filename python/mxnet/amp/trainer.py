@@ -31,10 +31,8 @@ warning). A file written for another target dtype (float16 vs bfloat16 vs no ``a
 states but keeps the current loss scaler, with a warning: a float16 scale means nothing to a bfloat16 run.
 """
 from contextlib import contextmanager
-import enum
 import logging
 import types
-import weakref
 
 from ..gluon import Trainer
 from ..optimizer import Optimizer
@@ -42,6 +40,7 @@ from .. import autograd
 from .. import ndarray as nd
 from .. import numpy as _mx_np
 from . import _ext, checkpoint, module_api
+from .amp_state import AmpState, Stage, attach, attached, join_group, leave_group, report, state_of
 from .fused_update import FusedUpdater, RuleCache, StepResult
 from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
@@ -49,51 +48,12 @@ from .loss_scaler import LossScaler
 __all__ = ["init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict", "load_state_dict"]
 
 _LOG = logging.getLogger(__name__)
-_ATTR = "_mxnet_amp"
 _WRAPPED = ("step", "update", "allreduce_grads", "save_states", "load_states")
-
-
-class _Stage(enum.Enum):
-    READY = "ready"          # nothing done since the last step
-    REDUCED = "reduced"      # allreduce_grads() was called
-    UNSCALED = "unscaled"    # amp.unscale() was called: gradients reduced, unscaled and checked
-
-
-class _Group:
-    """Trainers sharing one LossScaler: the scaler advances once all of them stepped (any overflow backs off)."""
-
-    def __init__(self):
-        self.trainers = weakref.WeakSet()
-        self.flags = []  # this step's reports so far: bool (read on the host) or float32 (1,) device flag
-
-
-_GROUPS = weakref.WeakKeyDictionary()  # LossScaler -> _Group
-
-
-class _AmpState:
-    """What init_trainer attaches to a trainer."""
-
-    def __init__(self, scaler, target_dtype, fused=True):
-        self.scaler = scaler
-        self.target_dtype = target_dtype
-        self.fused = fused  # whether supported optimizers take the fused, sync-free update
-        self.stage = _Stage.READY
-        self.flag = None
-        self.grads = None  # GradBuffers: the parameters' gradients as views of one buffer per device and dtype
-        self.updater = None  # FusedUpdater while the trainer's optimizer and parameters allow one
-        self.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
 
 
 def _target_dtype():
     from . import autocast  # lazy: autocast hooks the front ends and imports more of mxnet
     return autocast.target_dtype()
-
-
-def _state(trainer):
-    amp_state = getattr(trainer, _ATTR, None)
-    if amp_state is None:
-        raise RuntimeError("trainer is not initialised for AMP; call amp.init_trainer(trainer) first")
-    return amp_state
 
 
 def _fresh(trainer, ignore_stale_grad):
@@ -134,7 +94,7 @@ def _check_grads(trainer, inv_scale, fresh, total):
         raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
     params = [param for _, param in fresh]
     if len(fresh) == total:  # the common case: one call per device over the contiguous buffers
-        amp_state = _state(trainer)
+        amp_state = state_of(trainer)
         if amp_state.grads is None or not amp_state.grads.current(params):
             amp_state.grads = GradBuffers(params)
         per_device = amp_state.grads.per_device()
@@ -166,7 +126,7 @@ def _on_kvstore(trainer):
 
 def _fused_updater(trainer):
     """The trainer's FusedUpdater, or None when its optimizer or parameters need MXNet's own update."""
-    amp_state = _state(trainer)
+    amp_state = state_of(trainer)
     rule = amp_state.rules.rule(trainer) if amp_state.fused else None
     if rule is None:
         _settle(trainer)
@@ -179,18 +139,18 @@ def _fused_updater(trainer):
 
 def _settle(trainer):
     """Learn the outcome of the trainer's last fused step (restores its counters if it was skipped)."""
-    amp_state = getattr(trainer, _ATTR, None)
+    amp_state = attached(trainer)
     if amp_state is not None and amp_state.updater is not None:
         amp_state.updater.settle()
 
 
 def _apply(trainer, batch_size, ignore_stale_grad):
     """Check (or reuse amp.unscale's check), then update or skip; advance the scaler. Returns a StepResult."""
-    amp_state = _state(trainer)
-    unscaled = amp_state.stage is _Stage.UNSCALED
+    amp_state = state_of(trainer)
+    unscaled = amp_state.stage is Stage.UNSCALED
     fresh, total = _fresh(trainer, ignore_stale_grad)
     flag = amp_state.flag if unscaled else _check_grads(trainer, 1.0, fresh, total)
-    amp_state.stage, amp_state.flag = _Stage.READY, None
+    amp_state.stage, amp_state.flag = Stage.READY, None
     updater = None if _on_kvstore(trainer) else _fused_updater(trainer)
     if updater is not None:
         trainer._optimizer.rescale_grad = trainer._scale / batch_size
@@ -200,7 +160,7 @@ def _apply(trainer, batch_size, ignore_stale_grad):
         for _, param in fresh:
             for data in param.list_data():
                 data._fresh_grad = False
-        _report(amp_state.scaler, flag)
+        report(amp_state.scaler, flag)
         return result
     inv_scale = 1.0 if unscaled else 1.0 / amp_state.scaler.scale
     finite = bool(flag.asnumpy()[0])  # the step's single host sync
@@ -214,7 +174,7 @@ def _apply(trainer, batch_size, ignore_stale_grad):
             if param.grad_req != "null":
                 for data in param.list_data():
                     data._fresh_grad = False
-    _report(amp_state.scaler, finite)
+    report(amp_state.scaler, finite)
     return StepResult(finite)
 
 
@@ -227,28 +187,11 @@ def _unit_state(ctx):
     return _UNIT_STATES[ctx]
 
 
-def _report(scaler, finite):
-    """Report one trainer's step (a host bool, or a device flag); the last of a group advances the scaler."""
-    group = _GROUPS[scaler]
-    group.flags.append(finite)
-    if len(group.flags) < len(group.trainers):
-        return
-    flags, group.flags = group.flags, []
-    devices = [f for f in flags if not isinstance(f, bool)]
-    if not devices:
-        scaler.update(all(flags))
-        return
-    combined = devices[0] * 0 if any(f is False for f in flags) else devices[0]
-    for other in devices[1:]:
-        combined = combined * other.as_in_context(combined.context)
-    scaler.update_on_device(combined)
-
-
 def _step(trainer, batch_size, ignore_stale_grad=False):
     """AMP version of ``Trainer.step``: returns a StepResult, true if the update was applied (reading it syncs)."""
     trainer._check_and_rescale_grad(trainer._scale / batch_size)
     _ensure_kvstore(trainer)
-    if _state(trainer).stage is _Stage.READY and not _on_kvstore(trainer):
+    if state_of(trainer).stage is Stage.READY and not _on_kvstore(trainer):
         trainer._allreduce_grads()
     return _apply(trainer, batch_size, ignore_stale_grad)
 
@@ -265,13 +208,13 @@ def _update(trainer, batch_size, ignore_stale_grad=False):
 
 def _allreduce_grads(trainer):
     """AMP version of ``Trainer.allreduce_grads``: refuses to reduce the same gradients twice."""
-    amp_state = _state(trainer)
-    if amp_state.stage is not _Stage.READY:
+    amp_state = state_of(trainer)
+    if amp_state.stage is not Stage.READY:
         raise RuntimeError("allreduce_grads() called after %s since the last step(); gradients are reduced "
-                           "once per step" % ("allreduce_grads()" if amp_state.stage is _Stage.REDUCED
+                           "once per step" % ("allreduce_grads()" if amp_state.stage is Stage.REDUCED
                                               else "amp.unscale()"))
     Trainer.allreduce_grads(trainer)
-    amp_state.stage = _Stage.REDUCED
+    amp_state.stage = Stage.REDUCED
 
 
 def _optimizer_bytes(trainer):
@@ -311,7 +254,7 @@ def _load_states(trainer, fname):
 
 def _prepare_amp_section(trainer, section, source):
     """Validate an AMP section and return a function that applies it (so validation precedes any change)."""
-    amp_state = _state(trainer)
+    amp_state = state_of(trainer)
     if section is None:
         _LOG.warning("AMP: %s holds no AMP state (written by a plain gluon.Trainer or mxnet.contrib.amp); "
                      "keeping the current loss scaler (scale %g)", source, amp_state.scaler.scale)
@@ -401,33 +344,34 @@ def init_trainer(trainer, loss_scaler=None, fused=True):
     if not isinstance(fused, bool):
         raise TypeError("fused must be True or False, got %r" % (fused,))
     if isinstance(trainer, Optimizer):
-        current = getattr(trainer, _ATTR, None)
+        current = attached(trainer)
         scaler = loss_scaler or (current.scaler if current else LossScaler.default_for(_target_dtype()))
         return module_api.init_optimizer(trainer, scaler, _target_dtype())
     if not isinstance(trainer, Trainer):
         raise TypeError("init_trainer expects a gluon.Trainer or an mx.optimizer.Optimizer, got %s"
                         % type(trainer).__name__)
     _check_kvstore_config(trainer)
-    amp_state = getattr(trainer, _ATTR, None)
+    amp_state = attached(trainer)
     if amp_state is None:
         dtype = _target_dtype()
-        amp_state = _AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
-        setattr(trainer, _ATTR, amp_state)
+        amp_state = AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
+        amp_state.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
+        attach(trainer, amp_state)
         for name in _WRAPPED:
             setattr(trainer, name, types.MethodType(globals()["_" + name], trainer))
     else:
         _settle(trainer)
         amp_state.fused = fused
         if loss_scaler is not None:
-            _GROUPS[amp_state.scaler].trainers.discard(trainer)
+            leave_group(trainer)
             amp_state.scaler = loss_scaler
-    _GROUPS.setdefault(amp_state.scaler, _Group()).trainers.add(trainer)
+            join_group(trainer)
     return amp_state.scaler
 
 
 def get_loss_scaler(trainer):
     """Return the LossScaler attached to ``trainer`` (RuntimeError if ``init_trainer`` was not called)."""
-    return _state(trainer).scaler
+    return state_of(trainer).scaler
 
 
 @contextmanager
@@ -447,7 +391,7 @@ def scale_loss(loss_or_losses, trainer):
         Scaled loss(es) to call ``backward`` on. No host sync: while the scaler advances on the device, the
         loss is multiplied by the device's scale.
     """
-    amp_state = _state(trainer)
+    amp_state = state_of(trainer)
     if isinstance(trainer, Optimizer):
         scale = amp_state.loss_scale = amp_state.scaler.scale  # what Module.update divides out
     else:
@@ -486,15 +430,15 @@ def unscale(trainer):
     """
     if isinstance(trainer, Optimizer):
         return module_api.unscale_optimizer(trainer)
-    amp_state = _state(trainer)
-    if amp_state.stage is _Stage.UNSCALED:
+    amp_state = state_of(trainer)
+    if amp_state.stage is Stage.UNSCALED:
         raise RuntimeError("amp.unscale() has already been called on this trainer since the last step()")
     _ensure_kvstore(trainer)
-    if amp_state.stage is _Stage.READY and trainer._kvstore and not trainer._update_on_kvstore:
+    if amp_state.stage is Stage.READY and trainer._kvstore and not trainer._update_on_kvstore:
         trainer._allreduce_grads()
     with_grads = [(i, p) for i, p in enumerate(trainer._params) if p.grad_req != "null"]
     amp_state.flag = _check_grads(trainer, 1.0 / amp_state.scaler.scale, with_grads, len(with_grads))
-    amp_state.stage = _Stage.UNSCALED
+    amp_state.stage = Stage.UNSCALED
 
 
 def state_dict(trainer):
@@ -505,7 +449,7 @@ def state_dict(trainer):
     dict
         ``{"version": 1, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict()}``.
     """
-    amp_state = _state(trainer)
+    amp_state = state_of(trainer)
     return {"version": checkpoint.AMP_SECTION_VERSION, "target_dtype": amp_state.target_dtype,
             "loss_scaler": amp_state.scaler.state_dict()}
 

@@ -1,9 +1,12 @@
 """Shared by the tests: NumPy references for rounding to the low precision types exactly as MXNet does, the
 marker for tests of the native bfloat16 path, and checks of the library's oneDNN 3 kernels (accumulation
 tolerance, finite differences)."""
+import os
+
 import numpy as np
 import pytest
 
+from mxnet.amp import _ext, cpu
 from mxnet.amp.policy import native_support
 
 #: Tests of MXNet's native bfloat16 kernels (oneDNN on AVX-512 CPUs); elsewhere bfloat16 is emulated.
@@ -11,6 +14,24 @@ requires_native_bf16 = pytest.mark.skipif(
     not native_support("bfloat16", "cpu"),
     reason="needs a CPU where oneDNN runs bfloat16 natively (AVX-512: avx512f/bw/vl/dq); this one emulates "
            "bfloat16 (or MXNET_AMP_EMULATE=1 is set)")
+
+
+ONEDNN3, ONEDNN3_INFO = _ext.onednn()
+#: Tests of the library's oneDNN 3 kernels (built with oneDNN 3 and loaded; MXNET_AMP_ONEDNN=0 turns them off).
+requires_onednn3 = pytest.mark.skipif(not ONEDNN3, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN3_INFO)
+#: ... with bfloat16 operands: oneDNN 3.2 creates those from avx512_core up (CPU classes (b) to (d)).
+requires_onednn3_bf16 = pytest.mark.skipif(not _ext.onednn_bf16()[0],
+                                           reason="no bfloat16 oneDNN 3 kernels here: %s" % _ext.onednn_bf16()[1])
+#: A ``dtype`` parametrization whose bfloat16 cell needs :data:`requires_onednn3_bf16`.
+ONEDNN3_DTYPES = ("float32", pytest.param("bfloat16", marks=requires_onednn3_bf16))
+
+
+
+def mxnet_onednn_runs_bf16():
+    """Whether MXNet's own oneDNN 2.4 creates bfloat16 primitives in this process: on the real CPU (never a
+    mocked cpuinfo) with AVX-512 (F, BW, VL, DQ), unless ``DNNL_MAX_CPU_ISA`` caps it below ``AVX512_CORE``."""
+    cap = os.environ.get("DNNL_MAX_CPU_ISA", "ALL").upper()
+    return cpu.AVX512_CORE <= cpu.read_flags("/proc/cpuinfo") and (cap == "ALL" or cap.startswith("AVX512_CORE"))
 
 
 def bf16_round(values):

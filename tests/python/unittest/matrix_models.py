@@ -283,4 +283,5 @@ def train(row, hybridize, dtype=None, emulate=None, ctx=None, steps=STEPS):
 
 if __name__ == "__main__":
     _row, _hybridize, _dtype, _emulate = sys.argv[1:5]
-    print(json.dumps(train(_row, _hybridize == "1", _dtype, {"1": True, "auto": None}[_emulate])))
+    print(json.dumps(train(_row, _hybridize == "1", None if _dtype == "float32" else _dtype,
+                           {"1": True, "auto": None}[_emulate])))

@@ -18,10 +18,9 @@ from mxnet.gluon import nn
 from mxnet.amp import _ext, convert as C, graph
 from mxnet.amp.policy import BFLOAT16, make_policy
 
-from amp_testing import assert_accumulated, bf16_round, central_differences
+from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, requires_onednn3,
+                         requires_onednn3_bf16)
 
-ONEDNN, ONEDNN_INFO = _ext.onednn()
-requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
 
 RNG = np.random.RandomState(0)
 
@@ -86,7 +85,7 @@ GEMM_CASES = [case for case in CASES if case[-1] == 1 and
 
 @requires_onednn3
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
 @pytest.mark.parametrize("no_bias", [False, True])
 def test_convolution_matches_numpy(case, dtype, no_bias):
     shape, num_filter, kernel, stride, pad, dilate, groups = case
@@ -105,6 +104,7 @@ def test_convolution_matches_numpy(case, dtype, no_bias):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_fused_residual_sum_and_relu(out_dtype):
     x, w, b = _values(2, 8, 6, 6), _values(16, 8, 3, 3), _values(16)
@@ -171,6 +171,7 @@ def test_gradients_match_finite_differences(fused):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_bf16_gradients_match_mxnet_float32_convolution():
     x, w, b, head = _values(4, 16, 10, 10), _values(32, 16, 3, 3), _values(32), _values(4, 32, 5, 5)
     attrs = dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=32)
@@ -185,7 +186,7 @@ def test_bf16_gradients_match_mxnet_float32_convolution():
 
 @requires_onednn3
 @pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
 def test_small_outputs_match_mxnet_forward_and_gradients(case, dtype):
     shape, num_filter, kernel, stride, pad, dilate, _ = case
     assert len(GEMM_CASES) == 5
@@ -205,6 +206,7 @@ def test_small_outputs_match_mxnet_forward_and_gradients(case, dtype):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_small_output_fused_sum_and_relu():
     x, w, addend = _values(4, 32, 2, 2), _values(24, 32, 3, 3), _values(4, 24, 2, 2)
     y = mx.nd.amp_convolution(_bf16(x), _bf16(w), mx.nd.array(addend), kernel=(3, 3), pad=(1, 1), num_filter=24,
@@ -247,7 +249,7 @@ DECONV_CASES = [  # data shape, num_filter, kernel, stride, pad, dilate, adj, gr
 
 @requires_onednn3
 @pytest.mark.parametrize("case", DECONV_CASES, ids=lambda c: "x".join(map(str, c[0])) + "_k" + "".join(map(str, c[2])))
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
 def test_deconvolution_matches_numpy_and_mxnet(case, dtype):
     shape, num_filter, kernel, stride, pad, dilate, adj, groups = case
     x, w, b = _values(*shape), _values(shape[1], num_filter // groups, *kernel), _values(num_filter)
@@ -264,6 +266,7 @@ def test_deconvolution_matches_numpy_and_mxnet(case, dtype):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_deconvolution_target_shape_and_errors():
     x, w = _bf16(_values(1, 4, 5, 5)), _bf16(_values(4, 2, 3, 3))
     # MXNet's rule: 2 * (5 - 1) + 3 - 10 = 1 to remove, so pad 1 and adj 1 (its own oneDNN kernel rejects this
@@ -341,6 +344,7 @@ def _convert(net, x, **kwargs):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_converted_resnet_block_runs_fused_library_convolutions(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     net, x = _block()
@@ -376,6 +380,7 @@ def _train_step(sym, params, x, head, kernels=None):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_training_graphs_run_library_convolutions_at_least_as_accurately_as_mxnets(monkeypatch):
     # One training step of the ResNet block rewritten as amp.init does: outputs and every gradient are as close
     # to float32 with the library's convolutions as with MXNet's own bfloat16 ones (BatchNorm in training mode
@@ -405,6 +410,7 @@ def test_training_graphs_run_library_convolutions_at_least_as_accurately_as_mxne
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_amp_init_hybridized_training_runs_library_convolutions(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     net, x = _block()
@@ -421,7 +427,8 @@ def test_amp_init_hybridized_training_runs_library_convolutions(monkeypatch):
 
 
 @requires_onednn3
-@pytest.mark.parametrize("dtype,emulate", [("bfloat16", None), ("bfloat16", True), ("float16", True)])
+@pytest.mark.parametrize("dtype,emulate", [pytest.param("bfloat16", None, marks=requires_onednn3_bf16), ("bfloat16", True),
+                                           ("float16", True)])
 def test_deconvolution_runs_on_the_library_wherever_amp_rewrites_it(monkeypatch, dtype, emulate):
     # MXNet's oneDNN Deconvolution backward aborts on a computed (cast or rounded) weight: AMP routes around it,
     # natively in bfloat16 and, where emulated, in float32 on the rounded values

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import mxnet as mx
+import numpy as np
 import pytest
 
 from mxnet.amp import _ext
@@ -78,12 +79,20 @@ def test_env_var_selects_library_and_copies_are_not_loaded_twice(tmp_path):
 
 @pytest.mark.parametrize("op", ["amp_multi_cast", "amp_multi_widest_cast"])
 def test_cast_ops_work_in_symbol_graphs(op):
+    # a float32 and a float16 input: amp_multi_cast(float16) rounds the first, the widest cast widens the second
     a, b = mx.sym.var("a"), mx.sym.var("b")
     attrs = {"dtype": "float16"} if op == "amp_multi_cast" else {}
     sym = getattr(mx.sym, op)(a, b, num_args=2, **attrs)
-    args = {"a": mx.nd.array([1.0, 2.0]), "b": mx.nd.array([3.0])}
+    values_a = np.array([1.0 + 2.0 ** -13, 2.0, 70000.0], dtype=np.float32)  # below half an fp16 ulp; overflow
+    values_b = np.array([3.0, 0.1], dtype=np.float16)
+    args = {"a": mx.nd.array(values_a), "b": mx.nd.array(values_b, dtype=np.float16)}
     outputs = sym.bind(mx.cpu(), args).forward()
-    assert [o.asnumpy().tolist() for o in outputs] == [[1.0, 2.0], [3.0]]
+    want_dtype = np.float16 if op == "amp_multi_cast" else np.float32
+    assert [o.dtype for o in outputs] == [want_dtype, want_dtype]
+    np.testing.assert_array_equal(outputs[0].asnumpy(), values_a.astype(want_dtype))
+    np.testing.assert_array_equal(outputs[1].asnumpy(), values_b.astype(want_dtype))
+    if op == "amp_multi_cast":
+        assert outputs[0].asnumpy().tolist() == [1.0, 2.0, float("inf")]
 
 
 def test_unscale_op_mutates_its_inputs_in_symbol_graphs():

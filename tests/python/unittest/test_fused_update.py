@@ -10,7 +10,7 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp import _ext
+from mxnet.amp import _ext, amp_state
 from mxnet.amp import trainer as amp_trainer
 from mxnet.amp.adamw import AdamW, bias_correction
 from mxnet.amp.device_scaler import decode, encode
@@ -273,7 +273,7 @@ OPTIMIZERS = [
 def test_fused_training_matches_a_plain_trainer_bit_for_bit_with_skipped_steps(optimizer, opts):
     import copy
     net, trainer, results = _train(optimizer, copy.deepcopy(opts), poisoned={2, 3})
-    assert amp_trainer._state(trainer).updater is not None, fused_rule(trainer)[1]
+    assert amp_state.state_of(trainer).updater is not None, fused_rule(trainer)[1]
     ref, ref_trainer, _ = _train(optimizer, copy.deepcopy(opts), amp=False, poisoned={2, 3})
     assert [bool(r) for r in results] == [True, True, False, False, True, True]
     for got, want in zip(_weights(net), _weights(ref)):
@@ -291,7 +291,7 @@ def test_float16_multi_precision_training_matches_a_plain_trainer():
     # subnormal ones, which is what loss scaling is for, but then they differ)
     net, trainer, _ = _train("sgd", opts, dtype="float16", poisoned={1}, init_scale=1.0)
     ref, ref_trainer, _ = _train("sgd", opts, amp=False, dtype="float16", poisoned={1})
-    assert amp_trainer._state(trainer).updater is not None
+    assert amp_state.state_of(trainer).updater is not None
     for got, want in zip(_weights(net), _weights(ref)):
         np.testing.assert_array_equal(got, want)
     states, ref_states = trainer._updaters[0].states, ref_trainer._updaters[0].states
@@ -372,7 +372,7 @@ def test_checkpoint_of_a_pending_skipped_step_resumes_exactly(tmp_path):
 
 def test_other_optimizers_and_fused_false_use_mxnets_update_with_one_sync():
     net, trainer, results = _train("rmsprop", {"learning_rate": 1e-3}, poisoned={1}, steps=3)
-    assert amp_trainer._state(trainer).updater is None
+    assert amp_state.state_of(trainer).updater is None
     assert fused_rule(trainer) == (None, "optimizer RMSProp has no fused update (fused: SGD, Adam, AdamW)")
     assert [repr(r) for r in results] == ["StepResult(applied=True)", "StepResult(applied=False)",
                                           "StepResult(applied=True)"]
@@ -384,7 +384,7 @@ def test_other_optimizers_and_fused_false_use_mxnets_update_with_one_sync():
         with scale_loss(loss, trainer) as scaled:
             scaled.backward()
     assert repr(trainer.step(6)) == "StepResult(applied=True)"
-    assert amp_trainer._state(trainer).updater is None
+    assert amp_state.state_of(trainer).updater is None
     with pytest.raises(TypeError, match="fused must be True or False, got 'yes'"):
         init_trainer(trainer, fused="yes")
 

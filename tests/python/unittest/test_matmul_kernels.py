@@ -1,7 +1,7 @@
 """The library's oneDNN 3 matrix products (amp_fully_connected, amp_batch_dot, amp_matmul) and their routing.
 
-Kernel tests run wherever oneDNN 3 loads (its reference kernels compute bfloat16 on CPUs without AVX-512 too):
-NumPy references in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length;
+Kernel tests on bfloat16 operands run where oneDNN 3 creates bfloat16 products (avx512_core and up: CPU classes
+(b) to (d); on AVX2 it cannot, and they skip with the reason), float32 ones wherever oneDNN 3 loads: NumPy references in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length;
 gradients against finite differences (float32 operands: the products are linear, so differences are exact up
 to float32 rounding) and against MXNet's float32 kernels. Routing tests check graph structure on every machine;
 the fallback without oneDNN 3 runs in a subprocess with ``MXNET_AMP_ONEDNN=0``.
@@ -20,10 +20,8 @@ from mxnet.gluon import nn
 from mxnet.amp import _ext, convert as C, graph
 from mxnet.amp.policy import BFLOAT16, FLOAT32, KERNELS, NATIVE, make_policy
 
-from amp_testing import assert_accumulated, bf16_round, central_differences
-
-ONEDNN, ONEDNN_INFO = _ext.onednn()
-requires_onednn3 = pytest.mark.skipif(not ONEDNN, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN_INFO)
+from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,
+                         central_differences, requires_onednn3, requires_onednn3_bf16)
 
 RNG = np.random.RandomState(0)
 
@@ -52,6 +50,7 @@ def _fc_reference(x, w, b, flatten):
 
 # ---- kernels -----------------------------------------------------------------------------------------------
 @requires_onednn3
+@requires_onednn3_bf16
 @pytest.mark.parametrize("shape, hidden, flatten", [((1, 7), 1, True), ((7, 129), 7, True), ((3, 5, 7), 129, True),
                                                     ((3, 5, 129), 7, False), ((2, 1, 7), 33, False)])
 @pytest.mark.parametrize("no_bias", [False, True])
@@ -71,6 +70,7 @@ def test_fully_connected_matches_numpy(shape, hidden, flatten, no_bias, out_dtyp
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("b, m, k, n", [(1, 1, 1, 1), (3, 7, 129, 5), (2, 129, 7, 33)])
@@ -86,6 +86,7 @@ def test_batch_dot_matches_numpy(ta, tb, b, m, k, n):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 @pytest.mark.parametrize("sa, sb", [((5, 7), (7, 3)), ((2, 1, 5, 7), (3, 7, 4)), ((7,), (3, 7, 4)),
                                     ((2, 3, 5, 7), (7,)), ((1, 5, 129), (4, 129, 1)), ((7,), (7,))])
 def test_matmul_broadcasts_like_numpy(sa, sb):
@@ -98,6 +99,7 @@ def test_matmul_broadcasts_like_numpy(sa, sb):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_fused_relu_matches_fully_connected_then_relu():
     x, w, b = _values(7, 129), _values(33, 129), _values(33)
     head = _values(7, 33)
@@ -119,6 +121,7 @@ def test_fused_relu_matches_fully_connected_then_relu():
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_offset_views_and_float32_operands():
     big = _values(6, 7, 129)
     view = _bf16(big)[2:5]  # an NDArray view at an offset into its parent's storage
@@ -181,6 +184,7 @@ def test_gradients_match_finite_differences(case):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 @pytest.mark.parametrize("flatten", [True, False])
 def test_bf16_gradients_match_mxnet_float32_kernels(flatten):
     x, w, b = _values(7, 3, 129), _values(33, 387 if flatten else 129), _values(33)
@@ -197,6 +201,7 @@ def test_bf16_gradients_match_mxnet_float32_kernels(flatten):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_batch_dot_gradients_match_mxnet_float32_kernels():
     a, c, head = _values(4, 7, 129), _values(4, 33, 129), _values(4, 7, 33)
     _, ours = _grads(mx.nd.amp_batch_dot, [_bf16(a), _bf16(c)], mx.nd.array(head), transpose_b=True,
@@ -240,6 +245,7 @@ def test_kernels_choice_is_validated():
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_native_devices_route_matmuls_to_the_library(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU, whatever this one is
     auto, mxnet = make_policy("bfloat16"), make_policy("bfloat16", kernels="mxnet")
@@ -269,6 +275,7 @@ def test_emulating_devices_keep_mxnet_kernels(monkeypatch):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_products_read_only_as_float32_write_float32(monkeypatch):
     # qk feeds softmax (float32) through a division, av the float32 output: both write float32 (no bf16
     # division, no cast); q feeds two bf16 products and stays bf16.
@@ -286,6 +293,7 @@ def test_products_read_only_as_float32_write_float32(monkeypatch):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     x = mx.sym.var("data")
@@ -307,6 +315,7 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_conversion_summary_names_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     params = _params(_attention_symbol(), data=(2, 3, 6))
@@ -336,6 +345,7 @@ def _dense_net():
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_amp_init_training_uses_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     x = mx.nd.array(_values(3, 5, 8))
@@ -359,6 +369,7 @@ def test_amp_init_training_uses_the_library_kernels(monkeypatch):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_amp_init_imperative_calls_run_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     a, c = _values(2, 5, 7), _values(2, 7, 3)
@@ -419,6 +430,7 @@ def test_without_onednn3_the_ops_fall_back_to_mxnet_kernels():
 
 
 @requires_onednn3
+@requires_onednn3_bf16
 def test_onednn3_loads_without_library_path_beside_one_openmp_runtime():
     result, _ = _child()
     assert result["onednn"][0] and result["error"] is None

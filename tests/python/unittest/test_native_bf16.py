@@ -16,9 +16,9 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
 from mxnet.amp import convert as C, graph, lists
-from mxnet.amp.policy import BFLOAT16 as BF16, make_policy, native_support
+from mxnet.amp.policy import BFLOAT16 as BF16, make_policy
 
-from amp_testing import requires_native_bf16
+from amp_testing import bf16_round, requires_native_bf16
 
 
 class Encoder(gluon.HybridBlock):
@@ -290,7 +290,7 @@ def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatc
     low, _ = graph.rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate), "cpu")
     g = json.loads(low.tojson(remove_amp_cast=False))
     nodes = g["nodes"]
-    dtypes = graph.infer_entry_dtypes(g, {})
+    dtypes = graph.infer_entry_dtypes(g, {"data": "float32"})
     bn = next(i for i, n in enumerate(nodes) if n["name"] == "bn")
     relu = next(n for n in nodes if n["name"] == "relu")
     relu_in = tuple(relu["inputs"][0][:2])
@@ -329,12 +329,18 @@ def test_relu_on_bf16_becomes_onednn_activation_where_bf16_is_native(monkeypatch
         assert relu["op"] == "relu"
         return
     assert (relu["op"], relu["attrs"]["act_type"]) == ("Activation", "relu")
-    monkeypatch.delenv("MXNET_AMP_EMULATE")
-    if not native_support("bfloat16", "cpu"):
-        return  # the values need MXNet's bfloat16 kernels: checked where the CPU (and the run) has them
+
+
+@requires_native_bf16
+def test_relu_substituted_on_bf16_gives_relu_of_the_rounded_values():
+    # the values need MXNet's bfloat16 kernels: checked where the CPU has them, skipped with the reason elsewhere
+    x = mx.sym.var("data")
+    sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
+    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
+    relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
+    assert relu["op"] == "Activation"
     values = np.random.RandomState(1).uniform(-1, 1, (4, 5)).astype(np.float32)
     args = {"data": mx.nd.array(values), "fc_weight": mx.nd.array(np.eye(6, 5, dtype=np.float32)),
             "fc_bias": mx.nd.zeros(6)}
     got = low.eval(ctx=mx.cpu(), **args)[0].astype("float32").asnumpy()
-    np.testing.assert_array_equal(got[:, :5], np.maximum(mx.nd.amp_cast(mx.nd.amp_cast(
-        mx.nd.array(values), dtype=BF16), dtype="float32").asnumpy(), 0))
+    np.testing.assert_array_equal(got[:, :5], np.maximum(bf16_round(values), 0))

@@ -33,7 +33,9 @@ def test_profile_of_a_small_step(config):
     assert set(row["ms"]) == set(bts.CATEGORIES)
     assert row["ms"]["forward"] > 0 and row["ms"]["backward"] > 0 and row["ms"]["optimizer"] > 0
     assert row["wall_ms"] >= sum(row["ms"].values()) * 0.9
-    assert row["reorders"] >= 0
+    # counted from oneDNN's verbose log: ResNet-18's 20 convolutions take their weights (changed every step) into
+    # oneDNN's blocked layout, on MXNet's oneDNN 2 or the library's oneDNN 3 (92 fp32 / 181 AMP on an AVX2 CPU)
+    assert row["reorders"] >= 20 and row["reorders"] == int(row["reorders"]), row
     if config == "fp32":
         assert row["casts"] == 0 and row["ms"]["check"] == 0
     else:

@@ -28,15 +28,18 @@ Deconvolution on its ``amp_deconvolution`` (bfloat16 natively, float32 where emu
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import warnings
 
+import mxnet as mx
 import numpy as np
 import pytest
 from mxnet.amp import _ext, policy
 
 import matrix_models
+from amp_testing import mxnet_onednn_runs_bf16
 
 U = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 K_FACTOR = {row: 4 for row in matrix_models.ROWS}
@@ -62,18 +65,47 @@ def _known(row, hybridize, column):
     return KNOWN_FAILURES.get((row, hybridize, column)) or KNOWN_FAILURES.get((row, None, column))
 
 
+#: MXNet 1.9.1's oneDNN float32 Deconvolution training, on CPUs without AVX-512 (seen on an AVX2 Zen 3): the
+#: decoder's first step fails with this error. The float32 reference then comes from MXNet's non-oneDNN kernels.
+_FP32_DECONV_AVX2 = "could not create a primitive descriptor for a reorder primitive"
+
+
 @functools.lru_cache(maxsize=None)
 def _float32_losses(row, hybridize):
-    return tuple(matrix_models.train(row, hybridize))
+    try:
+        return tuple(matrix_models.train(row, hybridize))
+    except mx.base.MXNetError as err:
+        if row != "deconv_decoder" or _FP32_DECONV_AVX2 not in str(err) or mxnet_onednn_runs_bf16():
+            raise
+    result = _run_child(row, hybridize, "float32", None, MXNET_MKLDNN_ENABLED="0")
+    assert not isinstance(result, subprocess.CompletedProcess), result.stderr[-2000:]
+    return tuple(result)
+
+
+def _run_child(row, hybridize, dtype, emulate, **env):
+    """Train one cell in a child process: its losses, or the CompletedProcess when it failed."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix_models.py")
+    proc = subprocess.run([sys.executable, script, row, str(int(hybridize)), dtype, _EMULATE_ARG[emulate]],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    if proc.returncode != 0:
+        return proc
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: How the known Deconvolution failure ends a child: killed by SIGABRT, with oneDNN's or MXNet's words for it.
+_ABORT_SIGNATURES = ("could not create a primitive", "Check failed", "terminate called", "oneDNN", "dnnl")
 
 
 def _train_in_child(row, hybridize, dtype, emulate, reason):
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix_models.py")
-    proc = subprocess.run([sys.executable, script, row, str(int(hybridize)), dtype, _EMULATE_ARG[emulate]],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        pytest.xfail("%s (child exit %d: %s)" % (reason, proc.returncode, proc.stderr.strip()[-200:]))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Train one cell in a child. Only the known failure (an abort) turns into xfail; anything else fails."""
+    result = _run_child(row, hybridize, dtype, emulate)
+    if not isinstance(result, subprocess.CompletedProcess):
+        return result
+    tail = result.stderr.strip()[-2000:]
+    if result.returncode == -signal.SIGABRT and any(s in tail for s in _ABORT_SIGNATURES):
+        pytest.xfail("%s (child aborted: %s)" % (reason, tail[-200:]))
+    pytest.fail("the child training %s/%s/%s failed otherwise than the known abort (exit %d):\n%s"
+                % (row, hybridize, dtype, result.returncode, tail))
 
 
 def _cells():

@@ -1,0 +1,36 @@
+"""For every tier: a closing table of what did not run here, by reason, and the machine it ran on.
+
+A green run on a CPU without AVX-512, or without a GPU, skips whole tiers; the table says which, so that a pass
+here is not read as a pass there.
+"""
+import collections
+import os
+
+
+def _reason(report):
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).replace("Skipped: ", "", 1)
+    return str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the skipped tests grouped by reason (count, files), and the CPU class of this machine."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
+    from mxnet.amp import cpu
+    klass = cpu.cpu_class()
+    terminalreporter.section("what did not run here")
+    terminalreporter.write_line("machine: %s, CPU class (%s) %s: bfloat16 %s; %d cores" % (
+        cpu.model_name(), klass.name, klass.title, klass.bf16, os.cpu_count()))
+    if not skipped:
+        terminalreporter.write_line("every collected test ran")
+        return
+    groups = collections.OrderedDict()
+    for report in sorted(skipped, key=lambda r: r.nodeid):
+        groups.setdefault(_reason(report), []).append(report.nodeid.split("::")[0].rsplit("/", 1)[-1])
+    for reason, files in sorted(groups.items(), key=lambda item: -len(item[1])):
+        counts = collections.Counter(files)
+        where = ", ".join("%s (%d)" % (f, n) if n > 1 else f for f, n in sorted(counts.items()))
+        terminalreporter.write_line("%4d skipped: %s" % (len(files), reason))
+        terminalreporter.write_line("       in %s" % where)
+    terminalreporter.write_line("%4d skipped in all" % len(skipped))

@@ -1,0 +1,116 @@
+"""CPU class detection (mxnet.amp.cpu) and what the policy makes of it, with mocked ``/proc/cpuinfo`` files.
+
+Every class is tested on every machine: the flags come from cpuinfo files written here, the way a Skylake-SP,
+a Cooper Lake or a Sapphire Rapids lists them (abridged to the flags that matter plus some that do not).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mxnet.amp import cpu
+from mxnet.amp.policy import native_support
+
+_BASE = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 popcnt aes xsave avx f16c fma avx2 bmi1 bmi2"
+_AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl"
+#: class -> (model name, flags): real CPUs of each class.
+CPUS = {
+    "a": ("AMD EPYC 7763 (Zen 3)", _BASE),
+    "b": ("Intel Xeon Platinum 8380 (Ice Lake)", "%s %s avx512_vnni avx512vbmi avx512_vbmi2 avx512ifma" % (
+        _BASE, _AVX512)),
+    "c": ("AMD EPYC 9654 (Zen 4)", "%s %s avx512_vnni avx512_bf16" % (_BASE, _AVX512)),
+    "d": ("Intel Xeon Platinum 8480+ (Sapphire Rapids)", "%s %s avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 "
+          "amx_tile amx_int8" % (_BASE, _AVX512)),
+}
+
+
+def _cpuinfo(tmp_path, cls, processors=2):
+    model, flags = CPUS[cls]
+    path = tmp_path / ("cpuinfo_%s" % cls)
+    path.write_text("".join("processor\t: %d\nvendor_id\t: x\nmodel name\t: %s\nflags\t\t: %s\n\n"
+                            % (i, model, flags) for i in range(processors)))
+    return str(path)
+
+
+@pytest.fixture
+def mocked(tmp_path, monkeypatch):
+    """Point the detection at a mocked cpuinfo of one class; returns the function that does it."""
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+
+    def use(cls):
+        monkeypatch.setenv(cpu.CPUINFO_ENV, _cpuinfo(tmp_path, cls))
+    return use
+
+
+@pytest.mark.parametrize("cls", sorted(CPUS))
+def test_each_class_is_detected_from_its_flags(tmp_path, cls):
+    flags = cpu.read_flags(_cpuinfo(tmp_path, cls))
+    assert flags == frozenset(CPUS[cls][1].split())
+    assert cpu.classify(flags).name == cls
+
+
+def test_classes_are_ordered_data():
+    assert [c.name for c in cpu.CLASSES] == ["a", "b", "c", "d"]
+    for lower, higher in zip(cpu.CLASSES, cpu.CLASSES[1:]):
+        assert lower.requires < higher.requires
+    assert cpu.CLASSES[1].requires == cpu.AVX512_CORE == {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+def test_partial_avx512_is_class_a():
+    # Xeon Phi (Knights Landing) has avx512f but neither BW nor VL: oneDNN's avx512_core needs all four
+    assert cpu.classify(_BASE.split() + ["avx512f", "avx512cd", "avx512er", "avx512pf"]).name == "a"
+    assert cpu.classify(cpu.AVX512_CORE - {"avx512dq"}).name == "a"
+    assert cpu.classify(()).name == "a"
+
+
+def test_unreadable_or_flagless_cpuinfo_is_the_lowest_class(tmp_path):
+    assert cpu.read_flags(str(tmp_path / "missing")) == frozenset()
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm aes\nCPU implementer\t: 0x41\n")
+    assert cpu.read_flags(str(arm)) == frozenset()
+    assert cpu.classify(cpu.read_flags(str(arm))).name == "a"
+
+
+def test_first_processor_counts(tmp_path):
+    path = tmp_path / "mixed"
+    path.write_text("processor\t: 0\nflags\t\t: %s\n\nprocessor\t: 1\nflags\t\t: %s %s\n" % (_BASE, _BASE, _AVX512))
+    assert cpu.classify(cpu.read_flags(str(path))).name == "a"
+
+
+@pytest.mark.parametrize("cls,native", [("a", False), ("b", True), ("c", True), ("d", True)])
+def test_native_support_follows_the_mocked_class(mocked, cls, native):
+    mocked(cls)
+    assert cpu.cpu_class().name == cls and cpu.model_name() == CPUS[cls][0]
+    assert native_support("bfloat16", "cpu") is native
+    assert native_support("float16", "cpu") is False  # MXNet's CPU float16 kernels are incomplete everywhere
+    assert native_support("float16", "gpu") is True and native_support("bfloat16", "gpu") is False
+
+
+@pytest.mark.parametrize("cls", sorted(CPUS))
+def test_emulate_overrides_win_over_the_flags(mocked, monkeypatch, cls):
+    mocked(cls)
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
+    assert native_support("bfloat16", "cpu") is False and native_support("float16", "gpu") is False
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    assert native_support("bfloat16", "cpu") is True
+
+
+def test_real_machine_without_override(monkeypatch):
+    monkeypatch.delenv(cpu.CPUINFO_ENV, raising=False)
+    assert cpu.flags() == cpu.read_flags("/proc/cpuinfo")
+    assert cpu.cpu_class().requires <= cpu.flags()
+
+
+@pytest.mark.parametrize("cls", ["a", "d"])
+def test_hardware_report_names_the_mocked_class(tmp_path, cls):
+    env = dict(os.environ, **{cpu.CPUINFO_ENV: _cpuinfo(tmp_path, cls)})
+    env.pop("MXNET_AMP_EMULATE", None)
+    out = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--dtype", "bfloat16"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    klass = next(c for c in cpu.CLASSES if c.name == cls)
+    assert first.startswith("CPU: %s, class (%s) %s;" % (CPUS[cls][0], cls, klass.title)), first
+    assert ("amx_bf16 yes" in first) == (cls == "d") and ("avx512f yes" in first) == (cls != "a")
+    assert ("bfloat16 on CPU: emulated" in out.stdout) == (cls == "a"), out.stdout
