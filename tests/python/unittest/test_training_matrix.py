@@ -136,3 +136,10 @@ def test_training_cell(row, hybridize, column):
     assert losses[-1] < losses[0], losses
     tolerance = K_FACTOR[row] * U[dtype] * reference[0]
     assert abs(losses[-1] - reference[-1]) <= tolerance, (losses, reference, tolerance)
+
+
+def test_a_child_that_fails_otherwise_than_the_known_abort_fails():
+    # only SIGABRT with oneDNN's or MXNet's words is the known Deconvolution abort; an unrelated crash (here a
+    # KeyError in the child: no such row) must fail the cell, not pass as xfail
+    with pytest.raises(pytest.fail.Exception, match="failed otherwise than the known abort \\(exit 1\\)"):
+        _train_in_child("no_such_row", True, "bfloat16", True, "known abort")
