@@ -15,13 +15,16 @@ context, and return arrays of the kind of the first one.
 """
 import ctypes
 import functools
+import logging
 import os
 
 import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "cpu_isa", "cuda_kernels", "onednn",
+__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "GRAPH_INFER_ENV", "GRAPH_INFERENCE",
+           "WITHOUT_GRAPH_INFER", "ONEDNN_BF16_ISAS", "invoker_convention", "install_graph_inference",
+           "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16",
            "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
@@ -46,11 +49,10 @@ def _registered_ops():
 
 
 def _load(path):
-    """Load the library at path unless its ops are already registered; returns the path used."""
+    """Load the library at path unless its ops are already registered, then install its graph inference
+    (once per process, whoever loaded the ops); returns the path used."""
     missing = [name for name in OP_NAMES if name not in _registered_ops()]
-    if not missing:
-        return path
-    if len(missing) != len(OP_NAMES):
+    if missing and len(missing) != len(OP_NAMES):
         raise ImportError(
             "mxnet.amp: MXNet already has some but not all ops of libmxnet_amp (missing: %s); "
             "another version of the library was loaded earlier in this process" % ", ".join(missing))
@@ -59,18 +61,70 @@ def _load(path):
             "mxnet.amp: C++ extension library not found at %s. Build it with "
             "`bash tools/build_dev.sh` (dev tree) or `pip install .`, or set MXNET_AMP_LIBRARY "
             "to the path of a built libmxnet_amp.so" % path)
-    mx.library.load(path, verbose=False)
-    _install_graph_inference(path)
+    if missing:
+        mx.library.load(path, verbose=False)
+    install_graph_inference(ctypes.CDLL(path))
     return path
 
 
-def _install_graph_inference(path):
-    """Give the ops MXNet-native graph shape/type inference (both directions; lib_api 11 has one)."""
-    install = ctypes.CDLL(path).mxnet_amp_install_graph_inference
+#: ``MXNET_AMP_GRAPH_INFER=0`` loads the library without its MXNet-native graph inference (the fallback where
+#: the invoker check is inconclusive); these then fail, as with lib_api's own inference:
+GRAPH_INFER_ENV = "MXNET_AMP_GRAPH_INFER"
+WITHOUT_GRAPH_INFER = ("hybridized RNNs whose begin state's batch size is unknown until the data arrives "
+                       "(shapes come back with a dimension of 4294967295)",
+                       "graphs bound from the data shape alone whose weights' rank is unknown (std::bad_alloc)",
+                       "output shapes known from a consumer flowing back to amp_cast / amp_round inputs")
+#: What :func:`install_graph_inference` did in this process: None (not yet), "installed", "already installed"
+#: or "skipped" (``MXNET_AMP_GRAPH_INFER=0``).
+GRAPH_INFERENCE = {"state": None, "convention": None}
+_CONVENTIONS = {1: "GCC 4 (pointers by value)", 2: "GCC >= 5 (pointers by reference)"}
+
+
+def invoker_convention(lib):
+    """``(code, text)``: how the loaded libmxnet.so calls ``std::function`` invokers, found by a probe.
+
+    ``code`` is 1 (GCC 4, as the official 1.9.1 wheels), 2 (GCC >= 5, as a source build may be) or 0 when
+    the probe is inconclusive; ``text`` says which, or why not.
+    """
+    probe = lib.mxnet_amp_libmxnet_invoker_convention
+    probe.restype = ctypes.c_int
+    probe.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
+    message = ctypes.c_char_p()
+    code = probe(os.fsencode(mx.base._LIB._name), ctypes.byref(message))
+    return code, _CONVENTIONS.get(code) or message.value.decode()
+
+
+def install_graph_inference(lib):
+    """Give the library's ops MXNet-native graph shape/type inference (both directions; lib_api 11 has one).
+
+    Idempotent: a second call, or a call after another copy of the library installed it, changes nothing.
+
+    Raises
+    ------
+    ImportError
+        The invoker convention of libmxnet.so could not be established (installing with a wrong guess would
+        write shapes through a wrong pointer), or the install failed; the message names the fallback.
+    """
+    if os.environ.get(GRAPH_INFER_ENV) == "0":
+        GRAPH_INFERENCE["state"] = "skipped"
+        logging.getLogger("mxnet.amp").warning(
+            "mxnet.amp: %s=0: graph inference of the library's ops is lib_api's; these fail: %s",
+            GRAPH_INFER_ENV, "; ".join(WITHOUT_GRAPH_INFER))
+        return
+    code, text = invoker_convention(lib)
+    if code == 0:
+        raise ImportError(
+            "mxnet.amp: cannot tell how %s calls std::function (%s), so its graph inference is not installed. "
+            "Set %s=0 to load mxnet.amp without it; then these fail: %s"
+            % (mx.base._LIB._name, text, GRAPH_INFER_ENV, "; ".join(WITHOUT_GRAPH_INFER)))
+    install = lib.mxnet_amp_install_graph_inference
     install.restype = ctypes.c_char_p
-    error = install(os.fsencode(mx.base._LIB._name))
+    install.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    installed = ctypes.c_int()
+    error = install(os.fsencode(mx.base._LIB._name), code, ctypes.byref(installed))
     if error is not None:
         raise ImportError("mxnet.amp: cannot install graph shape inference: %s" % error.decode())
+    GRAPH_INFERENCE.update(state="installed" if installed.value else "already installed", convention=text)
 
 
 LIBRARY_PATH = _load(_library_path())

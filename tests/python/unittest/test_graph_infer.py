@@ -253,3 +253,93 @@ def test_converted_rnn_onnx_export_runs(cfg, dtype, tmp_path):
     assert out.dtype == np.float32
     assert float(np.abs(out - y0).max() / np.abs(y0).max()) <= RNN_TOL * U[dtype]
     assert os.path.getsize(path) > 0
+
+
+# ---- installing it: the run-time check of libmxnet's std::function convention, idempotence, fallback -------
+_CHECK = (
+    "import json, mxnet as mx\n"
+    "from mxnet.amp import _ext\n"
+    "y = mx.sym.amp_round(mx.sym.var('x'), dtype='bfloat16')\n"
+    "print(json.dumps({'state': _ext.GRAPH_INFERENCE['state'], 'convention': _ext.GRAPH_INFERENCE['convention'],\n"
+    "                  'partial': y.infer_shape_partial(x=(0, 7))[1][0]}))\n")
+
+
+def _child(code, **env):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **env))
+    return proc
+
+
+def _libmxnet_built_by_gcc4():
+    with open(mx.base._LIB._name, "rb") as f:
+        return b"GCC: (GNU) 4." in f.read()
+
+
+def test_the_wheel_invoker_convention_is_found_at_run_time():
+    import ctypes
+    from mxnet.amp import _ext
+    code, text = _ext.invoker_convention(ctypes.CDLL(_ext.LIBRARY_PATH))
+    # independent evidence: the wheels' .comment names GCC 4.8.5, whose invokers take pointers by value
+    assert (code, text) == ((1, "GCC 4 (pointers by value)") if _libmxnet_built_by_gcc4()
+                            else (2, "GCC >= 5 (pointers by reference)"))
+    assert _ext.GRAPH_INFERENCE == {"state": "installed", "convention": text}
+
+
+def test_the_invoker_classification():
+    import ctypes
+    from mxnet.amp import _ext
+    classify = ctypes.CDLL(_ext.LIBRARY_PATH).mxnet_amp_classify_invoker_argument
+    classify.restype, classify.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]
+    target, other = ctypes.c_double(1.0), ctypes.c_double(2.0)
+    expected = ctypes.addressof(target)
+    slot = ctypes.c_void_p(expected)  # a reference to the pointer: what GCC >= 5 passes
+    assert classify(expected, expected) == 1
+    assert classify(ctypes.addressof(slot), expected) == 2
+    assert classify(ctypes.addressof(other), expected) == 0
+    assert classify(None, expected) == 0 and classify(expected, None) == 0
+
+
+def test_an_inconclusive_check_refuses_with_the_fallback(monkeypatch):
+    import ctypes
+    from mxnet.amp import _ext
+    monkeypatch.setattr(_ext, "invoker_convention", lambda lib: (0, "the probe's invoker was called 0 time(s)"))
+    monkeypatch.delenv(_ext.GRAPH_INFER_ENV, raising=False)
+    with pytest.raises(ImportError) as err:
+        _ext.install_graph_inference(ctypes.CDLL(_ext.LIBRARY_PATH))
+    message = str(err.value)
+    assert "cannot tell how" in message and "called 0 time(s)" in message
+    assert "Set MXNET_AMP_GRAPH_INFER=0 to load mxnet.amp without it" in message
+    assert all(feature in message for feature in _ext.WITHOUT_GRAPH_INFER)
+
+
+def test_install_is_idempotent_in_one_process():
+    import ctypes
+    from mxnet.amp import _ext
+    before = dict(_ext.GRAPH_INFERENCE)
+    _ext.install_graph_inference(ctypes.CDLL(_ext.LIBRARY_PATH))
+    assert _ext.GRAPH_INFERENCE == dict(before, state="already installed")
+    y = mx.sym.amp_round(mx.sym.var("x"), dtype="bfloat16")
+    assert y.infer_shape_partial(x=(0, 7))[1] == [(0, 7)]  # still MXNet-native, once
+
+
+def test_ops_loaded_by_the_user_first_still_get_graph_inference():
+    # the user's own mx.library.load (or a retry after a failed import) registers the ops before mxnet.amp
+    from mxnet.amp import _ext
+    code = "import mxnet as mx\nmx.library.load(%r, verbose=False)\n" % _ext.LIBRARY_PATH + _CHECK
+    proc = _child(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert result["state"] == "installed" and result["partial"] == [0, 7]
+
+
+def test_without_graph_inference_the_named_features_fail():
+    from mxnet.amp import _ext
+    proc = _child(_CHECK, MXNET_AMP_GRAPH_INFER="0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "MXNET_AMP_GRAPH_INFER=0: graph inference of the library's ops is lib_api's" in proc.stderr
+    result = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert result["state"] == "skipped"
+    # lib_api's inference: the unknown dimension comes back as the "known" 4294967295 (-1 as a signed int)
+    assert result["partial"] in ([-1, 7], [4294967295, 7]), result

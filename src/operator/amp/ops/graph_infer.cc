@@ -18,16 +18,21 @@
  * the loaded libmxnet.so (looked up by name: the library keeps no link-time dependency on MXNet).
  *
  * Two ABIs of the wheel have to be matched. Its std::string is the pre-C++11 one: this file is compiled
- * with _GLIBCXX_USE_CXX11_ABI=0 and shares no string with the other files. It was built by GCC 4.8, whose
- * std::function invoker takes pointer arguments by value where GCC >= 5 passes them by reference; so no
- * std::function is handed to libmxnet's code to call except the inference functions, whose invoker is
- * set to one with the caller's convention when libmxnet.so's .comment names GCC 4.
+ * with _GLIBCXX_USE_CXX11_ABI=0 and shares no string with the other files. The wheels were built by GCC 4.8,
+ * whose std::function invoker takes pointer arguments by value where GCC >= 5 passes them by reference
+ * (a source build may be either). No std::function is handed to libmxnet's code to call except the inference
+ * functions, whose invoker is set to the caller's convention, and one probe that finds that convention out
+ * at run time: a raw std::function given to libmxnet's own exported nnvm::Op::UpdateAttrMap, whose invoker
+ * compares the argument it receives with the attribute map nnvm::Op::GetAttrMap returns for the same key.
+ * Where that comparison is inconclusive nothing is installed and the caller is told so.
+ *
+ * Installing is idempotent: an attribute already set at this file's priority (by an earlier install in this
+ * process, from this copy of the library or another) is left as it is.
  */
 #include <dlfcn.h>
-#include <elf.h>
 
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -182,43 +187,94 @@ nnvm::FInferNodeEntryAttr<V> make_infer(bool gcc4_caller) {
   return fn;
 }
 
+// Sets attr of op_name to fn at kPriority; false when it is set at that priority already (installed before).
 template <typename V>
-void install(GetOpFn get_op, const char* op_name, const char* attr, const nnvm::FInferNodeEntryAttr<V>& fn) {
+bool install(GetOpFn get_op, const char* op_name, const char* attr, const nnvm::FInferNodeEntryAttr<V>& fn) {
   const nnvm::Op* op = get_op(op_name);
   if (op == nullptr) throw std::invalid_argument(std::string("op ") + op_name + " is not registered");
-  const_cast<nnvm::Op*>(op)->set_attr<nnvm::FInferNodeEntryAttr<V>>(attr, fn, kPriority);
+  try {
+    const_cast<nnvm::Op*>(op)->set_attr<nnvm::FInferNodeEntryAttr<V>>(attr, fn, kPriority);
+  } catch (const std::exception& e) {
+    if (std::strstr(e.what(), "already registered with same plevel=") == nullptr) throw;
+    return false;
+  }
+  return true;
 }
 
-// Whether the .comment section of the ELF file at path names GCC 4 as a compiler.
-bool built_by_gcc4(const char* path) {
-  std::ifstream f(path, std::ios::binary);
-  Elf64_Ehdr eh{};
-  if (!f.read(reinterpret_cast<char*>(&eh), sizeof(eh)) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
-    throw std::invalid_argument(std::string(path) + " is not an ELF file");
-  }
-  std::vector<Elf64_Shdr> sections(eh.e_shnum);
-  f.seekg(static_cast<std::streamoff>(eh.e_shoff));
-  f.read(reinterpret_cast<char*>(sections.data()), static_cast<std::streamsize>(eh.e_shnum * sizeof(Elf64_Shdr)));
-  auto read = [&f](const Elf64_Shdr& s) {
-    std::string text(s.sh_size, '\0');
-    f.seekg(static_cast<std::streamoff>(s.sh_offset));
-    f.read(&text[0], static_cast<std::streamsize>(text.size()));
-    return text;
-  };
-  if (!f || eh.e_shstrndx >= sections.size()) throw std::invalid_argument(std::string(path) + ": bad section table");
-  const std::string names = read(sections[eh.e_shstrndx]);
-  for (const Elf64_Shdr& s : sections) {
-    if (s.sh_name < names.size() && std::strcmp(names.c_str() + s.sh_name, ".comment") == 0) {
-      return read(s).find("GCC: (GNU) 4.") != std::string::npos;
-    }
-  }
-  return false;
+// libstdc++'s std::function<void(dmlc::any*)> as raw memory (the same in GCC 4.8 and 12): functor storage,
+// manager (non-null: the function is not empty), invoker.
+struct RawFunction {
+  void* storage[2];
+  bool (*manager)(void*, const void*, int);
+  void (*invoker)(const void*, void*);
+};
+static_assert(sizeof(RawFunction) == sizeof(std::function<void(dmlc::any*)>), "unexpected std::function layout");
+
+const void* g_probe_argument = nullptr;
+int g_probe_calls = 0;
+
+bool probe_manager(void*, const void*, int) { return false; }  // nothing to copy or destroy
+void probe_invoker(const void*, void* argument) {
+  g_probe_argument = argument;
+  ++g_probe_calls;
 }
+
+using UpdateAttrMapFn = void (*)(const std::string&, RawFunction*);  // std::function by invisible reference
 
 }  // namespace
 
+/*!
+ * \brief How an invoker that received argument for a call with the pointer expected was called: 1 when the
+ *        pointer came by value (GCC 4), 2 when by reference (GCC >= 5), 0 when neither (inconclusive).
+ */
+extern "C" int mxnet_amp_classify_invoker_argument(const void* argument, const void* expected) {
+  if (argument == nullptr || expected == nullptr) return 0;
+  if (argument == expected) return 1;
+  if (*static_cast<const void* const*>(argument) == expected) return 2;
+  return 0;
+}
+
+/*!
+ * \brief The calling convention of std::function invokers in the loaded libmxnet.so at libmxnet_path: 1 (GCC 4,
+ *        pointers by value) or 2 (GCC >= 5, by reference), found by calling its nnvm::Op::UpdateAttrMap with a
+ *        probe; 0 when inconclusive, with *message saying why (a static string).
+ */
+extern "C" int mxnet_amp_libmxnet_invoker_convention(const char* libmxnet_path, const char** message) {
+  static std::string text;
+  void* lib = dlopen(libmxnet_path, RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) {
+    text = std::string("libmxnet.so is not loaded from ") + libmxnet_path;
+    *message = text.c_str();
+    return 0;
+  }
+  auto update = reinterpret_cast<UpdateAttrMapFn>(
+      dlsym(lib, "_ZN4nnvm2Op13UpdateAttrMapERKSsSt8functionIFvPN4dmlc3anyEEE"));
+  auto get_map = reinterpret_cast<GetAttrMapFn>(dlsym(lib, "_ZN4nnvm2Op10GetAttrMapERKSs"));
+  dlclose(lib);
+  if (update == nullptr || get_map == nullptr) {
+    text = std::string("nnvm::Op::UpdateAttrMap / GetAttrMap (pre-C++11 string ABI) not exported by ") +
+           libmxnet_path;
+    *message = text.c_str();
+    return 0;
+  }
+  const std::string key = "FInferShape";  // every MXNet build has ops with shape inference
+  const dmlc::any* expected = get_map(key);
+  RawFunction probe{{nullptr, nullptr}, &probe_manager, &probe_invoker};
+  g_probe_argument = nullptr;
+  g_probe_calls = 0;
+  update(key, &probe);
+  const int convention = g_probe_calls == 1 ? mxnet_amp_classify_invoker_argument(g_probe_argument, expected) : 0;
+  if (convention == 0) {
+    text = "the probe's invoker was called " + std::to_string(g_probe_calls) +
+           " time(s) with an argument that is neither the attribute map nor a reference to it";
+    *message = text.c_str();
+  }
+  return convention;
+}
+
+
 // nnvm::Op::set_attr (inline, above) calls this to edit an attribute map. libmxnet's own would call the
-// updater through a GCC 4.8 std::function, so it is called here; every attribute set exists already.
+// updater through its own std::function convention, so it is called here; every attribute set exists already.
 void nnvm::Op::UpdateAttrMap(const std::string& key, std::function<void(dmlc::any*)> updater) {
   const dmlc::any* map = g_get_attr_map(key);
   if (map == nullptr) throw std::invalid_argument("no op has attribute " + key);
@@ -227,11 +283,19 @@ void nnvm::Op::UpdateAttrMap(const std::string& key, std::function<void(dmlc::an
 
 /*!
  * \brief Installs the functions above into the registry of the libmxnet.so at libmxnet_path, which has
- *        loaded this library already (not thread-safe: call it right after loading). Returns nullptr on
- *        success, else a message.
+ *        loaded this library's ops already, for callers of the given invoker convention (1 or 2, see
+ *        mxnet_amp_libmxnet_invoker_convention). Not thread-safe: call it right after loading. Idempotent:
+ *        attributes installed before are kept. Returns nullptr on success, else a message; *installed is the
+ *        number of attributes set by this call (0 when every one was there already).
  */
-extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_path) {
+extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_path, int convention,
+                                                         int* installed) {
   static std::string error;
+  *installed = 0;
+  if (convention != 1 && convention != 2) {
+    error = "invoker convention must be 1 (GCC 4) or 2 (GCC >= 5), got " + std::to_string(convention);
+    return error.c_str();
+  }
   void* lib = dlopen(libmxnet_path, RTLD_LAZY | RTLD_NOLOAD);
   if (lib == nullptr) {
     error = std::string("libmxnet.so is not loaded from ") + libmxnet_path;
@@ -242,20 +306,21 @@ extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_pa
   dlclose(lib);
   if (get_op == nullptr || g_get_attr_map == nullptr) {
     error = std::string("nnvm::Op::Get / GetAttrMap (pre-C++11 string ABI) not found in ") +
-            libmxnet_path + " (not the MXNet 1.9.1 wheel?)";
+            libmxnet_path + " (not an MXNet 1.9.1 build?)";
     return error.c_str();
   }
   try {
-    const bool gcc4 = built_by_gcc4(libmxnet_path);
+    const bool gcc4 = convention == 1;
     const auto same_shape = make_infer<mxnet::TShape, elementwise_shape>(gcc4);
     for (const char* name : {"amp_round", "amp_multi_cast", "amp_multi_widest_cast"}) {
-      install(get_op, name, "FInferShape", same_shape);
+      *installed += install(get_op, name, "FInferShape", same_shape);
     }
-    install(get_op, "amp_multi_unscale_check", "FInferShape", make_infer<mxnet::TShape, flag_shape>(gcc4));
-    install(get_op, "amp_round", "FInferType", make_infer<int, round_type>(gcc4));
-    install(get_op, "amp_multi_cast", "FInferType", make_infer<int, cast_type>(gcc4));
-    install(get_op, "amp_multi_widest_cast", "FInferType", make_infer<int, widest_type>(gcc4));
-    install(get_op, "amp_multi_unscale_check", "FInferType", make_infer<int, flag_type>(gcc4));
+    *installed += install(get_op, "amp_multi_unscale_check", "FInferShape",
+                          make_infer<mxnet::TShape, flag_shape>(gcc4));
+    *installed += install(get_op, "amp_round", "FInferType", make_infer<int, round_type>(gcc4));
+    *installed += install(get_op, "amp_multi_cast", "FInferType", make_infer<int, cast_type>(gcc4));
+    *installed += install(get_op, "amp_multi_widest_cast", "FInferType", make_infer<int, widest_type>(gcc4));
+    *installed += install(get_op, "amp_multi_unscale_check", "FInferType", make_infer<int, flag_type>(gcc4));
   } catch (const std::exception& e) {
     error = e.what();
     return error.c_str();
