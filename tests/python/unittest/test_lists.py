@@ -13,7 +13,7 @@ import pytest
 import mxnet as mx
 import mxnet.amp  # noqa: F401  (loads the extension library: its ops must be registered first)
 from mxnet.amp import _ext, lists
-from mxnet.amp.lists import bfloat16, float16
+from mxnet.amp.lists import bfloat16, float16, groups
 
 from amp_testing import mxnet_onednn_runs_bf16
 
@@ -23,10 +23,25 @@ _TUPLES = ("LP16", "FP32", "NEUTRAL", "WIDEST", "LOSS_OUTPUT")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
+CUDA_BUILD = mx.runtime.Features().is_enabled("CUDA")
+
+
 def registered_forward_ops():
-    """Forward ops computed here, independently of the package: MXNet's registry + the project's ops."""
+    """Forward ops computed here, independently of the package: MXNet's registry + the project's ops, and on
+    a CPU build the ops only CUDA builds register (the lists serve both wheels)."""
     ops = {op for op in mx.operator.get_all_registered_operators() if not op.startswith("_backward")}
-    return ops | set(_ext.OP_NAMES)
+    return ops | set(_ext.OP_NAMES) | (set() if CUDA_BUILD else set(groups.GPU_BUILD_ONLY))
+
+
+def test_gpu_build_only_ops_are_exactly_those_this_build_lacks_or_has():
+    # on the CPU wheel none is registered, on a CUDA wheel all are: a stale GPU_BUILD_ONLY fails one of the two
+    registry = set(mx.operator.get_all_registered_operators())
+    present = registry & set(groups.GPU_BUILD_ONLY)
+    assert present == (set(groups.GPU_BUILD_ONLY) if CUDA_BUILD else set()), (CUDA_BUILD, sorted(present))
+    for dtype in DTYPES:
+        assert lists.category("_FusedOp", dtype) == "neutral" and lists.category("CuDNNBatchNorm", dtype) == "fp32"
+        assert lists.category("_contrib_mrcnn_mask_target", dtype) == "fp32"
+        assert "fusion" in lists.reason("_FusedOp", dtype) and "cuDNN >= 5" in lists.reason("CuDNNBatchNorm", dtype)
 
 
 def listed_names(module):

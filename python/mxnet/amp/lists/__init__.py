@@ -37,7 +37,7 @@ from types import MappingProxyType
 import numpy as np
 
 from . import rounding
-from .groups import PROJECT_MATMUL
+from .groups import GPU_BUILD_ONLY, PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
@@ -402,13 +402,16 @@ def natively_fed_ops(dtype, device_type):
     right for ``dtype``: ``lists/native_bf16_cpu.json`` holds the value probe's verdict for each of them on
     an AVX-512 CPU (``tools/probe_bf16.py --values``), and a unit test keeps the two consistent.
 
+    Ops of CUDA builds only (``groups.GPU_BUILD_ONLY``: GPU fusion and the like) never run on a CPU.
+
     Returns
     -------
     frozenset of str
     """
     table = _table(dtype)
     flowing = [op for cat in ("neutral", "widest", "conditional_fp32") for op in table.by_category[cat]]
-    return frozenset(flowing) | native_lp16_ops(dtype, device_type)
+    fed = frozenset(flowing) | native_lp16_ops(dtype, device_type)
+    return fed - frozenset(GPU_BUILD_ONLY) if device_type == "cpu" else fed
 
 
 #: Value-probe verdicts that bar an op from receiving bfloat16 natively.

@@ -471,9 +471,24 @@ DETECTION = (
     "_contrib_MultiBoxPrior", "_contrib_MultiBoxTarget", "_contrib_MultiProposal",
     "_contrib_PSROIPooling", "_contrib_Proposal", "_contrib_ROIAlign", "_contrib_RROIAlign",
     "_contrib_bipartite_matching", "_contrib_box_decode", "_contrib_box_encode", "_contrib_box_iou",
-    "_contrib_box_nms", "_contrib_box_non_maximum_suppression", "_npx_multibox_detection",
-    "_npx_multibox_prior", "_npx_multibox_target", "_npx_roi_pooling",
+    "_contrib_box_nms", "_contrib_box_non_maximum_suppression", "_contrib_mrcnn_mask_target",
+    "_npx_multibox_detection", "_npx_multibox_prior", "_npx_multibox_target", "_npx_roi_pooling",
 )
+
+# The legacy cuDNN v4 BatchNorm (CUDA builds only). With cuDNN >= 5, as in every 1.9.1 GPU wheel, binding it
+# fails: "CuDNNBatchNorm is merged into BatchNorm for cudnn version above v5".
+CUDNN_BATCH_NORM_V4 = ("CuDNNBatchNorm",)
+
+# MXNet's GPU pointwise fusion (CUDA builds, MXNET_USE_FUSION=1 by default): the executor replaces chains of
+# elementwise ops of a bound GPU graph by _FusedOp (NVRTC code generated for the dtypes it finds) after AMP
+# rewrote the graph; the helpers carry its backward. The fusion may take in the amp_cast and amp_multicast
+# nodes AMP inserted (the rewriter drops multicasts whose inputs already agree). Upstream's YOLOv3 crash was a
+# fused amp_multicast; this has not run on a GPU here yet, and MXNET_USE_FUSION=0 turns the fusion off.
+GPU_FUSION = ("_FusedOp", "_FusedOpHelper", "_FusedOpOutHelper")
+
+#: Ops that only CUDA builds of MXNet 1.9.1 register (the mxnet-cu1xx wheels): classified like every op, and
+#: expected to be absent from a CPU build's registry.
+GPU_BUILD_ONLY = CUDNN_BATCH_NORM_V4 + GPU_FUSION + ("_contrib_mrcnn_mask_target",)
 
 # Spatial transformers, grid sampling and correlation.
 SPATIAL_SAMPLING = (
@@ -511,6 +526,12 @@ GRAPH_SAMPLING = (
 
 # (ops, why) pairs for the groups whose reason is the same for float16 and bfloat16.
 REASONS = (
+    (CUDNN_BATCH_NORM_V4,
+     "legacy cuDNN v4 BatchNorm of CUDA builds: it refuses to bind with cuDNN >= 5 (every 1.9.1 GPU wheel; "
+     "MXNet says use BatchNorm), so it is never given low precision: fp32"),
+    (GPU_FUSION,
+     "MXNet's GPU pointwise fusion (MXNET_USE_FUSION): made by MXNet's executor after AMP's rewrite from the "
+     "graph's elementwise ops, its generated code runs the dtypes of the ops it fused; AMP leaves it as it is"),
     (MATMUL,
      "matmul-like: runs on GEMM/tensor-core (GPU) or oneDNN (AVX-512 CPU) kernels in low "
      "precision with fp32 accumulation"),
