@@ -9,12 +9,18 @@ paths fail or crash on CPUs without AVX-512, and a crash must not end the benchm
 - ours bf16 unfused: the same with ``fuse=False``
 - ours bf16 mxnet kernels: ``ours bf16`` with ``kernels="mxnet"`` (MXNet's matrix products, not this
   project's oneDNN 3 kernels)
+- ours bf16 emulate: ``ours bf16`` with ``emulate=True`` (float32 kernels on bf16-rounded values, the library's
+  float32 products); only where bfloat16 is native (elsewhere it is what ``ours bf16`` does already)
 Prints ms per batch (the best of --repeat runs; the runs alternate the variants, so load from other
 processes hits them alike), the ratio to fp32 (>1 is faster) and the max deviation from fp32 scaled by
 max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernels, rounded values): expect
 it to be slower than fp32 there.
 
-Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5]
+Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5] [--record]
+
+``--record`` writes the ratios of ``ours bf16`` (the default plan) and ``ours bf16 emulate`` into
+``python/mxnet/amp/cpu_ratios.json`` under this CPU's class (mxnet.amp.cpu), replacing that class's rows of the
+same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote.
 """
 import argparse
 import json
@@ -25,10 +31,17 @@ import time
 
 import numpy as np
 
-VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels")
+VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels",
+            "ours bf16 emulate")
 #: Variants timed together in one process; contrib's bf16 runs alone (it fails or crashes on some CPUs).
-GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels"), ("contrib bf16",))
+GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels", "ours bf16 emulate"),
+          ("contrib bf16",))
 MODELS = ("resnet50", "transformer")
+#: Workload names in cpu_ratios.json, and which variant is which plan there.
+WORKLOADS = {"resnet50": "ResNet-50 v1 inference, batch %d, 224x224",
+             "transformer": "transformer encoder block inference, %dx128x512"}
+PLANS = {"ours bf16": "default", "ours bf16 emulate": "emulate"}
+RATIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "mxnet", "amp", "cpu_ratios.json")
 
 
 def build(model, batch):
@@ -98,7 +111,8 @@ def variant_graph(variant, sym, args, aux):
     from mxnet.amp.convert import convert
     out = convert(sym, args, aux, "bfloat16", cast_params_offline=True,
                   fuse=False if variant == "ours bf16 unfused" else None,
-                  kernels="mxnet" if variant == "ours bf16 mxnet kernels" else "auto")
+                  kernels="mxnet" if variant == "ours bf16 mxnet kernels" else "auto",
+                  emulate=True if variant == "ours bf16 emulate" else None)
     return out.symbol, out.arg_params, out.aux_params
 
 
@@ -147,6 +161,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per variant")
+    parser.add_argument("--record", action="store_true",
+                        help="write the bfloat16/float32 ratios into python/mxnet/amp/cpu_ratios.json for this CPU class")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -158,16 +174,18 @@ def main(argv=None):
     print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if native else
                                         "emulated: no bf16 kernels on this CPU (float32 kernels, rounded values)"))
     print("batch %d, best of %d interleaved runs after one warm-up" % (args.batch, args.repeat))
+    groups = GROUPS if native else tuple(tuple(v for v in g if v != "ours bf16 emulate") for g in GROUPS)
+    recorded = {}
     for model in args.models.split(","):
         results = {}
-        for group in GROUPS:
+        for group in groups:
             results.update(run_child(model, group, args.batch, args.repeat, args.timeout))
         base = results["fp32"]
         ref = np.array(base.get("output", []))
         print("\n%s" % model)
         print("%-18s | %10s | %12s | %s" % ("variant", "ms/batch", "vs fp32", "max rel dev vs fp32"))
         for name in VARIANTS:
-            res = results[name]
+            res = results.get(name, {"error": "not run: bfloat16 is emulated here anyway"})
             if "error" in res:
                 print("%-18s | %s" % (name, res["error"]))
                 continue
@@ -175,7 +193,33 @@ def main(argv=None):
             out = np.array(res["output"])
             dev = np.abs(out - ref).max() / np.abs(ref).max() if ref.size and out.size == ref.size else float("nan")
             print("%-18s | %10.1f | %11.2fx | %.2e" % (name, 1000 * res["seconds"], ratio, dev))
+            if name in PLANS:
+                recorded[(WORKLOADS[model] % args.batch, PLANS[name])] = round(ratio, 2)
+    if args.record:
+        record(recorded, "python bench/bench_inference.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0
+
+
+def record(ratios, command):
+    """Replace this CPU class's rows of the measured workloads in cpu_ratios.json."""
+    import datetime
+    from mxnet.amp import cpu
+    if os.environ.get(cpu.CPUINFO_ENV):
+        raise SystemExit("--record measures the real CPU: unset %s" % cpu.CPUINFO_ENV)
+    klass = cpu.cpu_class()
+    caps = ", ".join("%s=%s" % (k, os.environ[k]) for k in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA") if k in os.environ)
+    where = "%s, %d cores%s" % (cpu.model_name(), os.cpu_count(), " (stand-in: %s)" % caps if caps else "")
+    with open(RATIOS) as f:
+        data = json.load(f)
+    rows = [r for r in data["classes"][klass.name] if (r["workload"], r["variant"]) not in ratios]
+    rows += [{"workload": workload, "variant": plan, "ratio": [ratio, ratio],
+              "date": datetime.date.today().isoformat(), "cpu": where, "command": command,
+              "source": "bench/bench_inference.py --record"} for (workload, plan), ratio in sorted(ratios.items())]
+    data["classes"][klass.name] = rows
+    with open(RATIOS, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    print("recorded %d ratio(s) for CPU class (%s) in %s" % (len(ratios), klass.name, os.path.normpath(RATIOS)))
 
 
 if __name__ == "__main__":

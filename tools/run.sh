@@ -2,7 +2,8 @@
 # One entry point for a fresh machine: creates ./.venv (Python 3.11), installs MXNet 1.9.1 and this package
 # (which builds the C++ library), then runs the requested job.
 #   bash tools/run.sh demo [demo options]   the main job: AMP vs fp32 training on the digits data set
-#   bash tools/run.sh test [pytest options] the whole test suite
+#   bash tools/run.sh test [pytest options] the whole test suite, then again on the mxnet-cu117 wheel
+#                                           (tools/gpu_wheel_tier.sh; MXNET_AMP_GPU_TIER=0 skips that tier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job="${1:-}"; shift || true
@@ -24,4 +25,11 @@ if [ "$job" = demo ]; then  # the report folder (amp_report/ by default) lands i
   exec .venv/bin/python -m mxnet.amp demo "$@"
 fi
 cd "$(mktemp -d)"  # test the installed package, never the source tree
-exec "$root/.venv/bin/python" -m pytest "$root/tests/python" -p no:cacheprovider "$@"
+status=0
+"$root/.venv/bin/python" -m pytest "$root/tests/python" -p no:cacheprovider "$@" || status=$?
+if [ "${MXNET_AMP_GPU_TIER:-1}" != 0 ]; then
+  # The same suite on the mxnet-cu117 wheel (CPU-only machines included: a stand-in driver, 0 GPUs).
+  # MXNET_AMP_GPU_TIER=0 leaves it out.
+  bash "$root/tools/gpu_wheel_tier.sh" "$@" || status=$?
+fi
+exit "$status"

@@ -9,6 +9,7 @@
 Importing this package loads the C++ extension library (fused multi-tensor kernels) once.
 """
 from . import _ext  # noqa: F401  (loads the C++ library once)
+from .advice import SlowBfloat16Warning
 from .autocast import current_policy, disable, init, is_enabled, reset, target_dtype
 from .bucketing import convert_bucketing_module
 from .convert import Conversion, ConversionSummary, convert_hybrid_block, convert_model, convert_symbol
@@ -21,7 +22,7 @@ from .onnx import export_onnx  # also registers the AMP ops with mx.onnx.export_
 from .policy import Policy
 from .trainer import get_loss_scaler, init_trainer, load_state_dict, scale_loss, state_dict, unscale
 
-__all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy", "Policy",
+__all__ = ["SlowBfloat16Warning", "init", "reset", "disable", "is_enabled", "target_dtype", "current_policy", "Policy",
            "LossScaler", "init_trainer", "scale_loss", "unscale", "get_loss_scaler", "state_dict",
            "load_state_dict", "convert_symbol", "convert_model", "convert_hybrid_block", "convert_bucketing_module",
            "Conversion", "ConversionSummary", "export_onnx", "optimize_layout", "convert_layout",

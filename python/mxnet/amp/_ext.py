@@ -22,7 +22,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
-__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "GRAPH_INFER_ENV", "GRAPH_INFERENCE",
+__all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "GRAPH_INFER_ENV", "GRAPH_INFERENCE",
            "WITHOUT_GRAPH_INFER", "ONEDNN_BF16_ISAS", "invoker_convention", "install_graph_inference",
            "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16",
            "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
@@ -33,6 +33,38 @@ OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check"
             "amp_scaler_update") + ONEDNN_OPS
 #: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
 UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
+
+#: The one MXNet release the library is built for (lib_api 11, and the wheels' C++ ABI).
+SUPPORTED_MXNET = "1.9.1"
+
+
+def _mxnet_distribution():
+    """Which installed distribution provides the ``mxnet`` package (mxnet, mxnet-cu117, ...), if pip knows."""
+    import importlib.metadata as metadata
+    try:
+        names = [n for n in metadata.packages_distributions().get("mxnet") or [] if n != "mxnet-amp"]
+    except Exception:  # a broken metadata directory must not hide the version error
+        names = []
+    return ", ".join("%s %s" % (n, metadata.version(n)) for n in sorted(set(names))) or "no pip distribution"
+
+
+def check_mxnet_version(version=None):
+    """Refuse an MXNet other than :data:`SUPPORTED_MXNET`, naming what is installed.
+
+    Raises
+    ------
+    ImportError
+        ``mx.__version__`` (or ``version``) is not 1.9.1.
+    """
+    version = mx.__version__ if version is None else version
+    if version != SUPPORTED_MXNET:
+        raise ImportError(
+            "mxnet.amp supports MXNet %s only (the mxnet or mxnet-cu1xx %s wheels, or a %s source build); "
+            "installed: MXNet %s (%s) at %s" % (SUPPORTED_MXNET, SUPPORTED_MXNET, SUPPORTED_MXNET, version,
+                                                 _mxnet_distribution(), os.path.dirname(mx.__file__)))
+
+
+check_mxnet_version()
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libmxnet_amp.so")
 _BF16 = np.dtype([("bfloat16", np.uint16)])

@@ -31,11 +31,11 @@ import numpy as np
 from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
-from . import graph, lists
+from . import advice, graph, lists
 from .policy import (DISABLED_ATTR, EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, make_policy,
                      mx_dtype)
 
-__all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "current_policy"]
+__all__ = ["init", "reset", "disable", "is_enabled", "target_dtype", "training_dtype", "current_policy"]
 
 _FAMILIES = ("mxnet.ndarray", "mxnet.numpy", "mxnet.numpy_extension")
 _HANDWRITTEN_NUMPY = ("mxnet.ndarray.numpy", "mxnet.ndarray.numpy_extension")
@@ -47,6 +47,7 @@ class _State:
 
     def __init__(self):
         self.policy = None
+        self.float32_by_choice = False  # amp.init("auto") chose no low precision on this machine
         self.patches = []  # (owner, attribute, original)
         self.rewritten = weakref.WeakSet()  # blocks whose cached graph was rewritten
 
@@ -65,6 +66,16 @@ def current_policy():
 def target_dtype():
     """Return the dtype name given to :func:`init` ('float16' or 'bfloat16'), or None when AMP is off."""
     return None if _STATE.policy is None else _STATE.policy.target_dtype
+
+
+def training_dtype():
+    """The dtype trainers scale losses for: :func:`target_dtype`, ``'float32'`` where ``amp.init("auto")`` chose
+    no low precision (a static scale of 1 that still skips non-finite steps), None without ``amp.init``."""
+    return target_dtype() or ("float32" if _STATE.float32_by_choice else None)
+
+
+def _gpus():
+    return mx.context.num_gpus()
 
 
 def is_enabled():
@@ -86,8 +97,12 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
 
     Parameters
     ----------
-    target_dtype : {'float16', 'bfloat16'}
-        The low precision type.
+    target_dtype : {'float16', 'bfloat16', 'auto'}
+        The low precision type. ``'auto'`` chooses for this machine (:mod:`mxnet.amp.advice`): float16 where
+        MXNet sees CUDA GPUs, bfloat16 on CPUs with bf16 arithmetic (classes (c) and (d)), elsewhere none: the
+        model stays float32, one info line says why, and ``init_trainer``, ``scale_loss`` and checkpoints keep
+        working. bfloat16 given explicitly on a CPU where it is slower than float32 warns once per process
+        (:class:`mxnet.amp.SlowBfloat16Warning`).
     target_precision_ops : list of str, optional
         Replaces the built-in list of ops that run in ``target_dtype``, as in ``mxnet.contrib.amp``: ops of
         the built-in list missing from it follow their inputs (low precision when one arrives in low precision).
@@ -133,16 +148,32 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     ...     y = net(x)          # runs in float32
     >>> amp.reset()             # back to plain MXNet
     """
-    policy = make_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
+    resolved, why = advice.resolve(target_dtype)
+    if resolved is None:  # "auto" where low precision does not pay: AMP stays off, its trainer calls work
+        if _STATE.policy is not None:
+            raise RuntimeError("amp.init() was already called with %r; call mxnet.amp.reset() before initialising "
+                               "again with target_dtype='auto'" % (_STATE.policy,))
+        if not _STATE.float32_by_choice:
+            advice.log_choice(why)
+        _STATE.float32_by_choice = True
+        return
+    if why != "given":
+        advice.log_choice(why)
+    policy = make_policy(resolved, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
                          layout_optimization=layout_optimization, extra_lp16_ops=extra_lp16_ops,
                          extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs,
                          kernels=kernels)
+    if _STATE.float32_by_choice:
+        raise RuntimeError("amp.init(target_dtype='auto') chose float32 on this machine; call mxnet.amp.reset() "
+                           "before initialising again with %r" % (policy,))
     if _STATE.policy is not None:
         if _STATE.policy == policy:
             return
         raise RuntimeError("amp.init() was already called with %r; call mxnet.amp.reset() before initialising "
                            "again with %r" % (_STATE.policy, policy))
     _STATE.policy = policy
+    if policy.target_dtype == "bfloat16" and emulate is not True and _gpus() == 0:
+        advice.warn_if_slow("bfloat16", "cpu")
     _patch_frontends(policy)
     _patch(_gluon_block.HybridBlock, "_get_graph", _amp_get_graph)
     _patch(_gluon_block.Block, "__call__", _amp_block_call)
@@ -173,6 +204,7 @@ def reset():
         blk._clear_cached_op()
     _STATE.rewritten = weakref.WeakSet()
     _STATE.policy = None
+    _STATE.float32_by_choice = False
 
 
 @contextlib.contextmanager

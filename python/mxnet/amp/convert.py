@@ -20,7 +20,7 @@ import warnings
 from mxnet.gluon import SymbolBlock
 import numpy as np
 
-from . import graph, lists
+from . import advice, graph, lists
 from .compat import renamed_keywords
 from .fold import fold_batchnorm
 from .policy import make_policy, mx_dtype
@@ -126,7 +126,9 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         Legacy or numpy-mode symbol; not modified.
     arg_params, aux_params : dict of str to NDArray, optional
         The parameters; not modified (arrays that need no change are shared with the result).
-    target_dtype : {'float16', 'bfloat16'}
+    target_dtype : {'float16', 'bfloat16', 'auto'}
+        ``'auto'``: float16 on a GPU context, bfloat16 on CPUs with bf16 arithmetic, else the model is returned
+        in float32 (see :mod:`mxnet.amp.advice`).
     target_dtype_ops, fp32_ops, conditional_fp32_ops : optional
         Replace the built-in lists, as in ``mxnet.contrib.amp`` (see :func:`mxnet.amp.init`:
         ``target_dtype_ops`` is its ``target_precision_ops``). A fused node runs in the target dtype when
@@ -190,6 +192,14 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     arg_params = _check_params(arg_params, "arg_params")
     aux_params = _check_params(aux_params, "aux_params")
     device_type = _device_type(ctx)
+    target_dtype, why = advice.resolve(target_dtype, device_type)
+    if target_dtype is None:  # "auto" on a CPU where low precision does not pay: the float32 model as it is
+        advice.log_choice(why)
+        nbytes = _nbytes(list(arg_params.values()) + list(aux_params.values()))
+        return Conversion(sym, dict(arg_params), dict(aux_params), ConversionSummary(
+            "float32", device_type, False, False, 0, 0, (), (), 0, nbytes, nbytes))
+    if why != "given":
+        advice.log_choice(why)
     fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     if kernels == "auto" and not (arg_params or aux_params):  # the library's ops need their weights' shapes
         kernels = "mxnet"  # to bind (lib_api infers none backwards): a symbol without parameters keeps MXNet's
@@ -232,7 +242,9 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     new_args = {k: cast.get(k, v) for k, v in arg_params.items()}
     new_aux = {k: cast.get(k, v) for k, v in aux_params.items()}
     emulated = stats.lp16_modes["emulated"] > 0
-    if emulated and emulate is None:
+    if emulate is not True:  # bfloat16 on a CPU class where it is slow: once per process, with the choices
+        advice.warn_if_slow(policy.target_dtype, device_type, stacklevel=_stacklevel_outside_package())
+    if emulated and emulate is None and not advice.warned_here(policy.target_dtype, device_type):
         warnings.warn(_emulation_warning(policy.target_dtype, device_type), stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
         policy.target_dtype, device_type, fuse, emulated,

@@ -233,6 +233,19 @@ def _inference(config, net, data, ctx):
     return result
 
 
+def _cpu_class_line():
+    """The demo's first line on a CPU: its class and what bfloat16 costs or gains there (measured)."""
+    from . import advice, cpu
+    klass = cpu.cpu_class()
+    measured = advice.ratio_summary(klass.name)
+    line = "CPU class (%s) %s: bfloat16 is %s here%s" % (
+        klass.name, klass.title, klass.bf16, ", measured " + measured if measured else "")
+    if klass.name not in advice.FAST_BF16_CLASSES:
+        line += ("; AMP is slower than float32 on this class (it shows the numerics); target_dtype='auto' "
+                 "would train in float32 here")
+    return line
+
+
 def run_demo(config, out=sys.stdout):
     """Train fp32, then AMP with a checkpoint resume, with identical data and seeds; convert the AMP model for
     inference and check its ONNX export in onnxruntime; print a table and write the report folder (PNG plots).
@@ -248,6 +261,8 @@ def run_demo(config, out=sys.stdout):
 
     def log(line):
         print(line, file=out, flush=True)
+    if config.dtype == "bfloat16" and ctx.device_type == "cpu":
+        log(_cpu_class_line())
     data = load_digits_split(config.seed, image_size=config.image_size)
     log("digits: %d train / %d test images (%dx%d), %d channels, %d epochs, batch %d, AMP dtype %s on %s%s"
         % (len(data[0]), len(data[2]), config.image_size, config.image_size, config.channels, config.epochs,

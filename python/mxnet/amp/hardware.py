@@ -8,12 +8,12 @@ machine (a minute or two; AVX-512 CPUs only) and gives a verdict: whether the re
 """
 import textwrap
 
-from . import cpu, lists
+from . import advice, cpu, lists
 from .policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support
 
 __all__ = ["add_arguments", "run", "format_report", "probe_verdict"]
 
-_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "avx512_fp16")
+_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
 
 
 def add_arguments(parser):
@@ -35,6 +35,20 @@ def _cpu_line():
         ", ".join("%s %s" % (f, "yes" if f in flags else "no") for f in _CPU_FLAGS))
 
 
+def _class_lines():
+    """What bfloat16 costs or gains on this CPU class (measured figures), and its float16 hardware."""
+    klass = cpu.cpu_class()
+    lines = ["bfloat16 on this CPU class: %s; measured: %s" % (
+        klass.bf16, advice.ratio_summary(klass.name) or "not yet on this class (bench/bench_inference.py --record)")]
+    emulated = advice.ratio_summary(klass.name, "emulate")
+    if emulated and klass.name not in advice.FAST_BF16_CLASSES:
+        lines.append("    with emulate=True: %s" % emulated)
+    fp16 = [f for f in ("avx512_fp16", "amx_fp16") if f in cpu.flags()]
+    lines.append("float16 hardware on this CPU: %s (MXNet 1.9.1 has no CPU float16 kernels: float16 is emulated)"
+                 % (", ".join(fp16) or "none"))
+    return lines
+
+
 def _wrap(title, names):
     text = "%s (%d): %s" % (title, len(names), ", ".join(sorted(names)) or "none")
     return textwrap.wrap(text, 100, initial_indent="    ", subsequent_indent="      ")
@@ -48,15 +62,20 @@ def _onednn_info():
 def format_report(dtypes=lists.DTYPES):
     """Return the report as text (no probe run)."""
     import mxnet as mx
-    lines = [_cpu_line(), "MXNet %s, oneDNN %s, GPUs: %d" % (
-        mx.__version__, "on" if mx.runtime.Features().is_enabled("MKLDNN") else "off", mx.context.num_gpus())]
+    from . import _ext
+    features = mx.runtime.Features()
+    lines = [_cpu_line(), "MXNet %s (%s build), oneDNN %s, GPUs: %d; library CUDA kernels: %s" % (
+        mx.__version__, "CUDA" if features.is_enabled("CUDA") else "CPU", "on" if features.is_enabled("MKLDNN")
+        else "off", mx.context.num_gpus(), "built" if _ext.cuda_kernels() else "not built")] + _class_lines()
     for dtype in dtypes:
         policy = make_policy(dtype)
         lp16 = [op for op in lists.list_lp16_ops(dtype) if op in lists.registered_forward_ops()]
         for device in _devices():
             native = native_support(dtype, device)
-            lines.append("%s on %s: %s" % (dtype, device.upper(), "native kernels" if native else
-                                           "emulated (float32 kernels on values rounded to %s)" % dtype))
+            slow = native and device == "cpu" and cpu.cpu_class().name not in advice.FAST_BF16_CLASSES
+            lines.append("%s on %s: %s" % (dtype, device.upper(), (
+                "native kernels, but without bf16 arithmetic (slower than float32 here, see above)" if slow
+                else "native kernels") if native else "emulated (float32 kernels on values rounded to %s)" % dtype))
             modes = {mode: [op for op in lp16 if policy.lp16_mode(op, device) == mode]
                      for mode in (NATIVE, FLOAT32, EMULATED)}
             lines += _wrap("low precision ops with a native kernel", modes[NATIVE])

@@ -64,9 +64,10 @@ class LossScaler:
 
         Parameters
         ----------
-        dtype : {'float16', 'bfloat16', None}
+        dtype : {'float16', 'bfloat16', 'float32', None}
             ``'float16'`` and ``None`` (no ``amp.init``, e.g. a model cast to float16 by hand) give a dynamic
-            scaler; ``'bfloat16'`` gives a static scale of 1 that still skips non-finite steps.
+            scaler; ``'bfloat16'`` and ``'float32'`` (``amp.init("auto")`` chose no low precision) give a
+            static scale of 1 that still skips non-finite steps.
 
         Raises
         ------
@@ -75,9 +76,10 @@ class LossScaler:
         """
         if dtype in ("float16", None):
             return cls()
-        if dtype == "bfloat16":
+        if dtype in ("bfloat16", "float32"):
             return cls(init_scale=1.0, dynamic=False)
-        raise ValueError("no default loss scaler for dtype %r; valid: 'float16', 'bfloat16', None" % (dtype,))
+        raise ValueError("no default loss scaler for dtype %r; valid: 'float16', 'bfloat16', 'float32', None"
+                         % (dtype,))
 
     @property
     def config(self):

@@ -53,7 +53,7 @@ _WRAPPED = ("step", "update", "allreduce_grads", "save_states", "load_states")
 
 def _target_dtype():
     from . import autocast  # lazy: autocast hooks the front ends and imports more of mxnet
-    return autocast.target_dtype()
+    return autocast.training_dtype()
 
 
 def _fresh(trainer, ignore_stale_grad):

@@ -34,6 +34,29 @@ def mxnet_onednn_runs_bf16():
     return cpu.AVX512_CORE <= cpu.read_flags("/proc/cpuinfo") and (cap == "ALL" or cap.startswith("AVX512_CORE"))
 
 
+_BASE = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 popcnt aes xsave avx f16c fma avx2 bmi1 bmi2"
+_AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl"
+#: CPU class -> (model name, flags): real CPUs of each class of mxnet.amp.cpu (abridged flag lists).
+CPUS = {
+    "a": ("AMD EPYC 7763 (Zen 3)", _BASE),
+    "b": ("Intel Xeon Platinum 8380 (Ice Lake)", "%s %s avx512_vnni avx512vbmi avx512_vbmi2 avx512ifma" % (
+        _BASE, _AVX512)),
+    "c": ("AMD EPYC 9654 (Zen 4)", "%s %s avx512_vnni avx512_bf16" % (_BASE, _AVX512)),
+    "d": ("Intel Xeon Platinum 8480+ (Sapphire Rapids)", "%s %s avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 "
+          "amx_tile amx_int8" % (_BASE, _AVX512)),
+}
+
+
+def cpuinfo_of_class(tmp_path, cls, processors=2):
+    """Write a /proc/cpuinfo of a CPU of class ``cls`` under ``tmp_path``; return its path (for
+    ``MXNET_AMP_CPUINFO``: it changes what the policy believes, never what the CPU runs)."""
+    model, flags = CPUS[cls]
+    path = tmp_path / ("cpuinfo_%s" % cls)
+    path.write_text("".join("processor\t: %d\nvendor_id\t: x\nmodel name\t: %s\nflags\t\t: %s\n\n"
+                            % (i, model, flags) for i in range(processors)))
+    return str(path)
+
+
 def bf16_round(values):
     """Round float32 values to the nearest bfloat16 (ties to even), returned as float32; NaN stays NaN."""
     a = np.ascontiguousarray(values, dtype=np.float32)

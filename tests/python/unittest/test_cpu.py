@@ -12,26 +12,7 @@ import pytest
 from mxnet.amp import cpu
 from mxnet.amp.policy import native_support
 
-_BASE = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 popcnt aes xsave avx f16c fma avx2 bmi1 bmi2"
-_AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl"
-#: class -> (model name, flags): real CPUs of each class.
-CPUS = {
-    "a": ("AMD EPYC 7763 (Zen 3)", _BASE),
-    "b": ("Intel Xeon Platinum 8380 (Ice Lake)", "%s %s avx512_vnni avx512vbmi avx512_vbmi2 avx512ifma" % (
-        _BASE, _AVX512)),
-    "c": ("AMD EPYC 9654 (Zen 4)", "%s %s avx512_vnni avx512_bf16" % (_BASE, _AVX512)),
-    "d": ("Intel Xeon Platinum 8480+ (Sapphire Rapids)", "%s %s avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 "
-          "amx_tile amx_int8" % (_BASE, _AVX512)),
-}
-
-
-def _cpuinfo(tmp_path, cls, processors=2):
-    model, flags = CPUS[cls]
-    path = tmp_path / ("cpuinfo_%s" % cls)
-    path.write_text("".join("processor\t: %d\nvendor_id\t: x\nmodel name\t: %s\nflags\t\t: %s\n\n"
-                            % (i, model, flags) for i in range(processors)))
-    return str(path)
-
+from amp_testing import CPUS, cpuinfo_of_class as _cpuinfo
 
 @pytest.fixture
 def mocked(tmp_path, monkeypatch):
@@ -59,7 +40,7 @@ def test_classes_are_ordered_data():
 
 def test_partial_avx512_is_class_a():
     # Xeon Phi (Knights Landing) has avx512f but neither BW nor VL: oneDNN's avx512_core needs all four
-    assert cpu.classify(_BASE.split() + ["avx512f", "avx512cd", "avx512er", "avx512pf"]).name == "a"
+    assert cpu.classify(CPUS["a"][1].split() + ["avx512f", "avx512cd", "avx512er", "avx512pf"]).name == "a"
     assert cpu.classify(cpu.AVX512_CORE - {"avx512dq"}).name == "a"
     assert cpu.classify(()).name == "a"
 
@@ -74,7 +55,8 @@ def test_unreadable_or_flagless_cpuinfo_is_the_lowest_class(tmp_path):
 
 def test_first_processor_counts(tmp_path):
     path = tmp_path / "mixed"
-    path.write_text("processor\t: 0\nflags\t\t: %s\n\nprocessor\t: 1\nflags\t\t: %s %s\n" % (_BASE, _BASE, _AVX512))
+    base, avx512 = CPUS["a"][1], " ".join(sorted(cpu.AVX512_CORE))
+    path.write_text("processor\t: 0\nflags\t\t: %s\n\nprocessor\t: 1\nflags\t\t: %s %s\n" % (base, base, avx512))
     assert cpu.classify(cpu.read_flags(str(path))).name == "a"
 
 

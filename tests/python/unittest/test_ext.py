@@ -113,3 +113,29 @@ def test_unscale_and_check_rejects_an_array_given_twice():
     with pytest.raises(ValueError, match=r"arrays\[1\] is arrays\[0\] again"):
         _ext.unscale_and_check([g, g], 0.5)
     assert (g.asnumpy() == 1).all()
+
+
+def test_other_mxnet_versions_are_refused_naming_what_is_installed():
+    code = ("import mxnet\nmxnet.__version__ = '1.8.0'\n"
+            "try:\n    import mxnet.amp\nexcept ImportError as err:\n    print(err)\n")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    message = result.stdout.strip()
+    assert message.startswith("mxnet.amp supports MXNet 1.9.1 only (the mxnet or mxnet-cu1xx 1.9.1 wheels")
+    dist = "mxnet-cu117" if mx.runtime.Features().is_enabled("CUDA") else "mxnet"
+    assert "installed: MXNet 1.8.0 (%s 1.9.1) at %s" % (dist, os.path.dirname(mx.__file__)) in message, message
+
+
+def test_installed_libraries_carry_only_origin_relative_runpaths():
+    # read from the installed files: a build-time path (pip's isolated build directory under /tmp) would be
+    # gone after the install and writable by any local user
+    lib_dir = os.path.dirname(_ext.LIBRARY_PATH)
+    libs = sorted(f for f in os.listdir(lib_dir) if f.endswith(".so"))
+    assert "libmxnet_amp.so" in libs
+    for name in libs:
+        dynamic = subprocess.run(["readelf", "-d", os.path.join(lib_dir, name)], capture_output=True, text=True,
+                                 check=True).stdout
+        for line in dynamic.splitlines():
+            if "(RUNPATH)" in line or "(RPATH)" in line:
+                entries = line.split("[", 1)[1].rstrip("]").split(":")
+                assert all(e.startswith("$ORIGIN") for e in entries), (name, entries)

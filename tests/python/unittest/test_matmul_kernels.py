@@ -411,7 +411,11 @@ print(json.dumps({"onednn": _ext.onednn(), "ops": ops, "error": error, "libs": s
 
 def _child(**env):
     env = dict(os.environ, MXNET_AMP_EMULATE="0", **env)
-    env.pop("LD_LIBRARY_PATH", None)
+    # oneDNN 3 must load without a library path of its own: drop the entries holding libdnnl, keep the others
+    # (a GPU wheel's CUDA libraries live on LD_LIBRARY_PATH)
+    kept = [d for d in env.get("LD_LIBRARY_PATH", "").split(":")
+            if d and not any(f.startswith("libdnnl") for f in (os.listdir(d) if os.path.isdir(d) else ()))]
+    env["LD_LIBRARY_PATH"] = ":".join(kept)
     env.setdefault("AMP_TEST_FC", "[[[1.0]], [[1.0]]]")
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,145 @@
+"""What low precision buys on this machine: ``target_dtype="auto"``, and a warning where bfloat16 is slow.
+
+bfloat16 pays only where the CPU has bf16 arithmetic (classes (c) AVX512-BF16 and (d) AMX of
+:mod:`mxnet.amp.cpu`). On class (a) it is emulated and on class (b) oneDNN converts it to float32 in
+registers: slower than float32 in every framework. What it costs or gains per class is measured data
+(``cpu_ratios.json`` beside this file, written by ``bench/bench_inference.py --record``), never a claim in
+code.
+
+``"auto"`` resolves to float16 where MXNet sees CUDA GPUs, to bfloat16 on CPU classes (c) and (d), and
+elsewhere to no low precision at all (``None``): ``amp.init`` then leaves the model in float32 and the AMP
+calls (``init_trainer``, ``scale_loss``, checkpoints) keep working, so one script runs on every machine.
+
+Targeting bfloat16 explicitly on class (a) or (b) warns once per process with a :class:`SlowBfloat16Warning`
+naming the class, the measured ratio and the choices; silence it with
+``warnings.filterwarnings("ignore", category=amp.SlowBfloat16Warning)``.
+"""
+import functools
+import json
+import logging
+import os
+import warnings
+
+from . import cpu
+
+__all__ = ["AUTO", "RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "ratios", "ratio_summary",
+           "resolve", "warn_if_slow", "warned_here", "log_choice"]
+
+#: The target dtype that asks this module to choose.
+AUTO = "auto"
+#: Measured bfloat16/float32 speed ratios per CPU class.
+RATIOS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_ratios.json")
+#: CPU classes where bfloat16 has hardware arithmetic.
+FAST_BF16_CLASSES = ("c", "d")
+
+_LOG = logging.getLogger("mxnet.amp")
+_WARNED = set()  # what warn_if_slow has warned about in this process
+
+
+class SlowBfloat16Warning(UserWarning):
+    """bfloat16 was targeted on a CPU class where it runs slower than float32."""
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path):
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("version") != 1 or set(data.get("classes", {})) != {c.name for c in cpu.CLASSES}:
+        raise ValueError("%s: expected version 1 and one entry per CPU class %s"
+                         % (path, [c.name for c in cpu.CLASSES]))
+    return data
+
+
+def ratios(class_name, variant="default"):
+    """The measured rows of one CPU class and plan (``"default"`` or ``"emulate"``), as stored."""
+    return [row for row in _load(RATIOS_FILE)["classes"][class_name] if row["variant"] == variant]
+
+
+def ratio_summary(class_name, variant="default"):
+    """One phrase: the range of measured ratios of a class, with the workloads, dates and CPUs, or None."""
+    rows = ratios(class_name, variant)
+    if not rows:
+        return None
+    low, high = min(r["ratio"][0] for r in rows), max(r["ratio"][1] for r in rows)
+    each = "; ".join("%s %s" % (r["workload"], _span(r["ratio"])) for r in rows)
+    where = "; ".join(sorted({"%s on %s" % (r["date"], r["cpu"]) for r in rows}))
+    return "%s float32 (%s; measured %s)" % (_span([low, high]), each, where)
+
+
+def _span(pair):
+    return "%.2f×" % pair[0] if pair[0] == pair[1] else "%.2f–%.2f×" % tuple(pair)
+
+
+def _gpus():
+    import mxnet as mx
+    return mx.context.num_gpus()
+
+
+def resolve(target_dtype, device_type=None):
+    """The dtype a target means here: ``"auto"`` chosen for this machine, anything else as given.
+
+    Parameters
+    ----------
+    target_dtype : str or dtype
+        ``"auto"``, or a dtype :func:`mxnet.amp.lists.normalize_dtype` accepts (returned unchanged).
+    device_type : {'cpu', 'gpu', None}
+        Where the model runs, when known (a conversion's context); None: GPUs when MXNet sees any.
+
+    Returns
+    -------
+    (str or None, str)
+        ``("float16" | "bfloat16" | None, why)``: None means no low precision.
+    """
+    if not (isinstance(target_dtype, str) and target_dtype == AUTO):
+        return target_dtype, "given"
+    if device_type == "gpu" or (device_type is None and _gpus() > 0):
+        return "float16", "target_dtype='auto': float16 on CUDA GPUs"
+    klass = cpu.cpu_class()
+    if klass.name in FAST_BF16_CLASSES:
+        return "bfloat16", "target_dtype='auto': bfloat16 on CPU class (%s) %s" % (klass.name, klass.title)
+    measured = ratio_summary(klass.name)
+    return None, ("target_dtype='auto': no low precision on CPU class (%s) %s, where bfloat16 is %s%s; the "
+                  "model runs in float32 and the AMP calls keep working"
+                  % (klass.name, klass.title, klass.bf16, ": %s" % measured if measured else ""))
+
+
+def warn_if_slow(target_dtype, device_type="cpu", stacklevel=3):
+    """Warn once per process when bfloat16 is targeted on a CPU of class (a) or (b).
+
+    Returns
+    -------
+    bool
+        Whether a warning was issued by this call.
+    """
+    if target_dtype != "bfloat16" or device_type != "cpu" or "MXNET_AMP_EMULATE" in os.environ:
+        return False  # MXNET_AMP_EMULATE overrides the detection: the user decided already
+    klass = cpu.cpu_class()
+    if klass.name in FAST_BF16_CLASSES or klass.name in _WARNED:
+        return False
+    _WARNED.add(klass.name)
+    measured = ratio_summary(klass.name)
+    emulated = ratio_summary(klass.name, "emulate")
+    choices = ["target_dtype='auto' (float32 here, bfloat16 where the CPU has bf16 arithmetic, float16 on GPUs)"]
+    if klass.name != "a":  # on class (a) everything is emulated already
+        choices.append("emulate=True (bfloat16 numerics on float32 kernels%s)"
+                       % (": measured " + emulated if emulated else ""))
+    choices.append("keep bfloat16 for its numerics and silence this with "
+                   "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)")
+    warnings.warn(
+        "mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here, %s. Choices: %s"
+        % (klass.name, klass.title, klass.bf16, "measured " + measured if measured else
+           "not yet measured on this class (bench/bench_inference.py --record)", "; ".join(choices)),
+        SlowBfloat16Warning, stacklevel=stacklevel)
+    return True
+
+
+def warned_here(target_dtype, device_type="cpu"):
+    """Whether :func:`warn_if_slow` has told this process about ``target_dtype`` on this CPU class already
+    (which says all that a per-conversion emulation notice would)."""
+    return (target_dtype == "bfloat16" and device_type == "cpu" and "MXNET_AMP_EMULATE" not in os.environ
+            and cpu.cpu_class().name in _WARNED)
+
+
+def log_choice(why):
+    """Log the one info line that says what ``"auto"`` chose and why."""
+    _LOG.info("mxnet.amp: %s", why)

@@ -1,0 +1,219 @@
+"""``target_dtype="auto"``, the warning where bfloat16 is slow, and the measured ratios behind both
+(mxnet.amp.advice), for every CPU class through mocked cpuinfo files.
+
+Mocking a class changes what the policy believes, never what the CPU runs: tests that mock a class above this
+machine's only rewrite graphs and read reports; they run no bfloat16 kernel.
+"""
+import json
+import logging
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import amp, autograd, gluon
+
+from mxnet.amp import advice, autocast, cpu
+from mxnet.amp import convert as C
+from mxnet.amp.policy import EMULATED, NATIVE, make_policy
+
+from amp_testing import CPUS, cpuinfo_of_class
+
+CLASSES = sorted(CPUS)
+
+
+@pytest.fixture
+def on_class(tmp_path, monkeypatch):
+    """Mock the CPU class; no GPUs; the once-per-process warning forgotten."""
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    monkeypatch.setattr(advice, "_WARNED", set())
+    monkeypatch.setattr(advice, "_gpus", lambda: 0)
+    monkeypatch.setattr(autocast, "_gpus", lambda: 0)
+
+    def use(cls):
+        monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, cls))
+    return use
+
+
+def _slow_warnings(record):
+    return [w for w in record if issubclass(w.category, advice.SlowBfloat16Warning)]
+
+
+@pytest.mark.parametrize("cls,want", [("a", None), ("b", None), ("c", "bfloat16"), ("d", "bfloat16")])
+def test_auto_per_class(on_class, cls, want):
+    on_class(cls)
+    dtype, why = advice.resolve("auto")
+    assert dtype == want
+    assert ("CPU class (%s)" % cls) in why
+    if want is None:
+        assert "no low precision" in why and "the AMP calls keep working" in why
+    assert advice.resolve("auto", "gpu")[0] == "float16"
+    assert advice.resolve("float16") == ("float16", "given") and advice.resolve("bfloat16")[0] == "bfloat16"
+
+
+def test_auto_is_float16_where_mxnet_sees_gpus(on_class, monkeypatch):
+    on_class("d")
+    monkeypatch.setattr(advice, "_gpus", lambda: 2)
+    assert advice.resolve("auto") == ("float16", "target_dtype='auto': float16 on CUDA GPUs")
+    assert advice.resolve("auto", "cpu")[0] == "bfloat16"  # a conversion for a CPU context
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_bfloat16_warns_once_on_slow_classes_only(on_class, cls):
+    on_class(cls)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        first = advice.warn_if_slow("bfloat16", "cpu")
+        second = advice.warn_if_slow("bfloat16", "cpu")
+        assert not advice.warn_if_slow("float16", "cpu") and not advice.warn_if_slow("bfloat16", "gpu")
+    slow = _slow_warnings(record)
+    if cls in ("c", "d"):
+        assert not first and not slow
+        return
+    assert first and not second and len(slow) == 1  # once per process
+    text = str(slow[0].message)
+    klass = next(c for c in cpu.CLASSES if c.name == cls)
+    assert text.startswith("mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here" % (cls, klass.title,
+                                                                                         klass.bf16))
+    assert "target_dtype='auto'" in text
+    assert "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)" in text
+    assert ("emulate=True" in text) == (cls == "b")  # on (a) everything is emulated already
+    if cls == "b":  # the measured figures of cpu_ratios.json, quoted with their date and CPU
+        assert "0.45–0.76× float32" in text and "2026-12-04" in text and "Ice Lake" in text
+        assert "emulate=True (bfloat16 numerics on float32 kernels: measured 0.56–1.17× float32" in text
+
+
+def test_the_warning_can_be_silenced_with_a_filter(on_class):
+    on_class("b")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=amp.SlowBfloat16Warning)
+        advice.warn_if_slow("bfloat16", "cpu")
+    assert not _slow_warnings(record)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_amp_init_warns_and_plans_per_class(on_class, cls):
+    on_class(cls)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        amp.init("bfloat16")
+    assert len(_slow_warnings(record)) == (cls in ("a", "b"))
+    policy = amp.current_policy()
+    # the plan: emulated on (a); oneDNN's bf16 kernels on (b), (c), (d); emulate=True asked for stays emulated
+    assert policy.lp16_mode("Convolution", "cpu") == (EMULATED if cls == "a" else NATIVE)
+    assert make_policy("bfloat16", emulate=True).lp16_mode("Convolution", "cpu") == EMULATED
+    amp.reset()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        amp.init("bfloat16", emulate=True)  # an explicit choice of emulation: nothing to warn about
+    assert not _slow_warnings(record)
+
+
+@pytest.mark.parametrize("cls", ["a", "b"])
+def test_auto_on_slow_classes_trains_in_float32_with_the_amp_calls(on_class, caplog, cls, tmp_path):
+    on_class(cls)
+    with caplog.at_level(logging.INFO, logger="mxnet.amp"):
+        amp.init("auto")
+        amp.init("auto")  # idempotent: one info line
+    lines = [r.getMessage() for r in caplog.records if "target_dtype='auto'" in r.getMessage()]
+    assert len(lines) == 1 and "no low precision on CPU class (%s)" % cls in lines[0]
+    assert amp.target_dtype() is None and not amp.is_enabled() and autocast.training_dtype() == "float32"
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize(mx.init.Constant(0.5))
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    scaler = amp.init_trainer(trainer)
+    assert scaler.state_dict()["dynamic"] is False and scaler.scale == 1.0
+    x = mx.nd.array(np.arange(8, dtype=np.float32).reshape(2, 4))
+    for poison in (False, True):
+        with autograd.record():
+            y = net(x)
+            with amp.scale_loss(y.sum(), trainer) as scaled:
+                autograd.backward(scaled)
+        if poison:
+            net.weight.grad()[0, 0] = np.inf
+        assert bool(trainer.step(2)) is not poison  # a non-finite step is still skipped
+    assert y.dtype == np.float32 and scaler.steps == 2 and scaler.skipped_steps == 1
+    want = np.full((3, 4), 0.5, np.float32) - 0.1 / 2 * x.asnumpy().sum(0)
+    np.testing.assert_allclose(net.weight.data().asnumpy(), want, rtol=1e-6)
+    path = str(tmp_path / "t.states")
+    trainer.save_states(path)
+    trainer.load_states(path)
+    assert amp.state_dict(trainer)["target_dtype"] == "float32"
+    with pytest.raises(RuntimeError, match="chose float32 on this machine; call mxnet.amp.reset"):
+        amp.init("bfloat16")
+
+
+@pytest.mark.parametrize("cls", ["c", "d"])
+def test_auto_on_fast_classes_is_bfloat16(on_class, caplog, cls):
+    on_class(cls)
+    with caplog.at_level(logging.INFO, logger="mxnet.amp"):
+        amp.init("auto")
+    assert amp.target_dtype() == "bfloat16"
+    assert any("bfloat16 on CPU class (%s)" % cls in r.getMessage() for r in caplog.records)
+
+
+def _block():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier())
+    return net, mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (2, 5)).astype(np.float32))
+
+
+@pytest.mark.parametrize("cls", ["a", "b"])
+def test_conversion_auto_keeps_the_float32_model_on_slow_classes(on_class, cls):
+    on_class(cls)
+    net, x = _block()
+    low = amp.convert_hybrid_block(net, x, target_dtype="auto")
+    np.testing.assert_array_equal(low(x).asnumpy(), net(x).asnumpy())
+    assert {p.dtype for p in low.collect_params().values()} == {np.float32}
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    out = C.convert(sym, {"fc_weight": mx.nd.ones((3, 5)), "fc_bias": mx.nd.zeros(3)}, {}, "auto")
+    assert out.symbol.tojson() == sym.tojson() and out.summary.target_dtype == "float32"
+    assert out.summary.casts == 0 and out.summary.param_bytes_before == out.summary.param_bytes_after == 72
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_conversion_to_bfloat16_warns_on_slow_classes(on_class, cls):
+    on_class(cls)
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    params = {"fc_weight": mx.nd.ones((3, 5)), "fc_bias": mx.nd.zeros(3)}
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        C.convert(sym, params, {}, "bfloat16")  # graph rewriting only: no kernel runs
+        C.convert(sym, params, {}, "bfloat16")
+    assert len(_slow_warnings(record)) == (cls in ("a", "b"))
+    assert C.convert(sym, params, {}, "auto", ctx=mx.gpu(0)).summary.target_dtype == "float16"
+
+
+def test_the_ratios_file_is_plain_versioned_data():
+    with open(advice.RATIOS_FILE) as f:
+        data = json.load(f)
+    assert data["version"] == 1 and set(data["classes"]) == {c.name for c in cpu.CLASSES}
+    keys = {"workload", "variant", "ratio", "date", "cpu", "command", "source"}
+    for rows in data["classes"].values():
+        for row in rows:
+            assert set(row) == keys and row["variant"] in ("default", "emulate"), row
+            low, high = row["ratio"]
+            assert 0 < low <= high
+    assert advice.ratio_summary("b").startswith("0.45–0.76× float32 (")
+    assert advice.ratio_summary("d", "emulate") is None
+
+
+@pytest.mark.parametrize("cls", ["b", "d"])
+def test_hardware_report_says_what_bfloat16_does_here(tmp_path, cls):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, **{cpu.CPUINFO_ENV: cpuinfo_of_class(tmp_path, cls)})
+    env.pop("MXNET_AMP_EMULATE", None)
+    out = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--dtype", "bfloat16"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    klass = next(c for c in cpu.CLASSES if c.name == cls)
+    assert "bfloat16 on this CPU class: %s; measured: %s" % (klass.bf16, advice.ratio_summary(cls)) in out.stdout
+    slow_line = "bfloat16 on CPU: native kernels, but without bf16 arithmetic (slower than float32 here"
+    assert (slow_line in out.stdout) == (cls == "b")
+    assert ("with emulate=True: 0.56–1.17× float32" in out.stdout) == (cls == "b")
+    assert ("float16 hardware on this CPU: avx512_fp16" in out.stdout) == (cls == "d")
