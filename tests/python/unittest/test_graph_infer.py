@@ -284,7 +284,9 @@ def test_the_wheel_invoker_convention_is_found_at_run_time():
     # independent evidence: the wheels' .comment names GCC 4.8.5, whose invokers take pointers by value
     assert (code, text) == ((1, "GCC 4 (pointers by value)") if _libmxnet_built_by_gcc4()
                             else (2, "GCC >= 5 (pointers by reference)"))
-    assert _ext.GRAPH_INFERENCE == {"state": "installed", "convention": text}
+    # "already installed" once an earlier test re-imported _ext: the first install was this process's
+    assert _ext.GRAPH_INFERENCE["convention"] == text
+    assert _ext.GRAPH_INFERENCE["state"] in ("installed", "already installed")
 
 
 def test_the_invoker_classification():
