@@ -13,22 +13,20 @@ graphs, so both follow one set of lists. Conversion adds three things on top:
   arrays cannot be bfloat16 in MXNet 1.9.1: in float32, already rounded, without a rounding node).
 * **A summary** (:class:`ConversionSummary`): casts in the graph, ops per precision, parameter bytes.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 import json
 import warnings
 
 from mxnet.gluon import SymbolBlock
 import numpy as np
 
-from . import advice, graph, lists
+from . import advice, fusion, graph, lists
 from .compat import renamed_keywords
 from .fold import fold_batchnorm
 from .policy import make_policy, mx_dtype
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
            "ConversionSummary", "ConvertedBlock"]
-
-_FUSION_BACKEND = "MKLDNN"
 
 
 @dataclass(frozen=True)
@@ -200,7 +198,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
             "float32", device_type, False, False, 0, 0, (), (), 0, nbytes, nbytes))
     if why != "given":
         advice.log_choice(why)
-    fuse = _resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
+    fuse = fusion.resolve_fuse(fuse, device_type, lists.normalize_dtype(target_dtype))
     if kernels == "auto" and not (arg_params or aux_params):  # the library's ops need their weights' shapes
         kernels = "mxnet"  # to bind (lib_api infers none backwards): a symbol without parameters keeps MXNet's
     policy = make_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops, excluded_sym_names,
@@ -211,8 +209,8 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
         if arg_params or aux_params:
             sym, arg_params, aux_params = fold_batchnorm(sym, arg_params, aux_params, policy.excluded_sym_names)
         sym = graph.route_library_kernels(sym, policy, device_type)  # before the fuser swallows them
-        sym, arg_params, aux_params = _fuse(sym, arg_params, aux_params)
-        policy = _policy_for_fused_nodes(sym, policy)
+        sym, arg_params, aux_params = fusion.fuse(sym, arg_params, aux_params)
+        policy = fusion.policy_for_fused_nodes(sym, policy)
     params = dict(arg_params, **aux_params)
     var_dtypes = {name: arr.dtype for name, arr in params.items()}
     new_sym, stats = graph.rewrite_symbol(sym, policy, device_type, var_dtypes, inference=True)
@@ -556,60 +554,6 @@ def _device_type(ctx):
     if ctx.device_type not in ("cpu", "gpu"):
         raise ValueError("convert: ctx must be a CPU or GPU context, got %s" % ctx)
     return ctx.device_type
-
-
-def _has_onednn():
-    import mxnet as mx
-    return mx.runtime.Features().is_enabled("MKLDNN")
-
-
-def _resolve_fuse(fuse, device_type, dtype):
-    if fuse is None:
-        return device_type == "cpu" and dtype == "bfloat16" and _has_onednn()
-    if fuse not in (True, False):
-        raise ValueError("convert: fuse must be None (auto), True or False, got %r" % (fuse,))
-    if fuse and dtype != "bfloat16":
-        raise ValueError("convert: fuse=True with %s: oneDNN's fused ops have no %s kernels and would all run "
-                         "in float32; fusion applies to bfloat16 only" % (dtype, dtype))
-    if fuse and device_type != "cpu":
-        raise ValueError("convert: fuse=True applies oneDNN (CPU) fusion, but ctx is a %s" % device_type)
-    if fuse and not _has_onednn():
-        raise ValueError("convert: fuse=True needs an MXNet build with oneDNN (MKLDNN); this one has none")
-    return fuse
-
-
-def _fuse(sym, arg_params, aux_params):
-    """Run the oneDNN subgraph backend on ``sym``; return the fused symbol and its parameter dicts."""
-    import mxnet as mx
-    is_np = isinstance(sym, mx.sym.np._Symbol)
-    legacy = sym.as_nd_ndarray() if is_np else sym
-    args, aux = dict(arg_params), dict(aux_params)
-    fused = legacy.optimize_for(_FUSION_BACKEND, args, aux, ctx=mx.cpu(), skip_infer=True)
-    keep = set(fused.list_inputs())
-    args = {k: v for k, v in args.items() if k in keep or k not in set(legacy.list_inputs())}
-    aux = {k: v for k, v in aux.items() if k in keep or k not in set(legacy.list_inputs())}
-    return (fused.as_np_ndarray() if is_np else fused), args, aux
-
-
-def _policy_for_fused_nodes(sym, policy):
-    """``policy`` extended to the oneDNN-fused nodes of ``sym`` according to the ops inside them.
-
-    A fused node is kept in float32 (its name excluded) when it contains an excluded node, an op the user
-    forced to float32 (``fp32_ops``, ``extra_fp32_ops``) or a node a conditional float32 entry matches
-    (built-in or given: ``Activation(softrelu)`` fused into a convolution, say). When the user replaced the
-    low precision list, a fused op runs in low precision if that list names one of its inner ops.
-    """
-    forced_fp32 = set(policy.extra_fp32_ops) | set(policy.fp32_ops or ())
-    excluded, lp16 = [], set()
-    for node in json.loads(sym.tojson())["nodes"]:
-        inner = [n for sub in node.get("subgraphs", ()) for n in sub["nodes"] if n["op"] != "null"]
-        if any(n["name"] in policy.excluded_sym_names or n["op"] in forced_fp32
-               or policy.conditional_fp32_applies(n["op"], n.get("attrs")) for n in inner):
-            excluded.append(node["name"])
-        elif policy.lp16_ops is not None and any(n["op"] in policy.lp16_ops for n in inner):
-            lp16.add(node["op"])
-    return replace(policy, excluded_sym_names=policy.excluded_sym_names + tuple(excluded),
-                   lp16_ops=None if policy.lp16_ops is None else policy.lp16_ops + tuple(sorted(lp16)))
 
 
 def _cast_params_in_graph(gdict, param_names, target, var_dtypes, emulated_storage):
