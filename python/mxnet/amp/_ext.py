@@ -24,7 +24,7 @@ from mxnet.ndarray._internal import _imperative_invoke
 
 __all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "GRAPH_INFER_ENV", "GRAPH_INFERENCE",
            "WITHOUT_GRAPH_INFER", "ONEDNN_BF16_ISAS", "invoker_convention", "install_graph_inference",
-           "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16",
+           "CACHE_FIELDS", "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16", "onednn_cache",
            "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
@@ -193,6 +193,29 @@ def onednn():
     info = ctypes.c_char_p()
     ok = bool(func(ctypes.byref(info)))
     return ok, info.value.decode()
+
+
+#: The counters :func:`onednn_cache` returns, in the library's order.
+CACHE_FIELDS = ("entries", "hits", "misses", "evictions", "buffer_bytes", "capacity")
+
+
+def onednn_cache():
+    """The oneDNN 3 primitive caches and scratch buffers of this process, as counted by the library.
+
+    Returns
+    -------
+    dict or None
+        ``{"entries", "hits", "misses", "evictions", "buffer_bytes", "capacity"}``: primitives cached now (all
+        kinds), lookups that found one or built one, primitives evicted (least recently used first), bytes of
+        the per-thread scratch buffers, and the entries allowed per kind of primitive
+        (``MXNET_AMP_ONEDNN_CACHE_SIZE``, default 256). None where the oneDNN 3 kernels are unavailable.
+    """
+    if not onednn()[0]:
+        return None
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(LIBRARY_PATH), "libmxnet_amp_onednn.so"))  # loaded already
+    values = (ctypes.c_int64 * len(CACHE_FIELDS))()
+    lib.mxnet_amp_onednn_cache_stats(values)
+    return dict(zip(CACHE_FIELDS, (int(v) for v in values)))
 
 
 #: oneDNN 3 ISAs (``dnnl::cpu_isa`` names, as :func:`onednn` reports them) on which oneDNN 3.2 creates bfloat16

@@ -67,6 +67,11 @@ def format_report(dtypes=lists.DTYPES):
     lines = [_cpu_line(), "MXNet %s (%s build), oneDNN %s, GPUs: %d; library CUDA kernels: %s" % (
         mx.__version__, "CUDA" if features.is_enabled("CUDA") else "CPU", "on" if features.is_enabled("MKLDNN")
         else "off", mx.context.num_gpus(), "built" if _ext.cuda_kernels() else "not built")] + _class_lines()
+    cache = _ext.onednn_cache()
+    if cache is not None:
+        lines.append("oneDNN 3 primitive cache: %(entries)d entries (at most %(capacity)d per kind: "
+                     "MXNET_AMP_ONEDNN_CACHE_SIZE), %(hits)d hits, %(misses)d misses, %(evictions)d evicted; "
+                     "scratch buffers %(buffer_bytes)d bytes" % cache)
     for dtype in dtypes:
         policy = make_policy(dtype)
         lp16 = [op for op in lists.list_lp16_ops(dtype) if op in lists.registered_forward_ops()]

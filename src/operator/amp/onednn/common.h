@@ -10,9 +10,12 @@
  * at a time by default (MXNET_CPU_WORKER_NTHREADS=1), so that team has the cores to itself.
  *
  * Primitives are cached per problem (the call's description without its data pointers): a model runs the
- * same few shapes over and over, and creating a primitive costs far more than running a small one. Scratch
- * memory is the caller's (growing buffers per thread), so one primitive may run on several MXNet worker
- * threads at once.
+ * same few shapes over and over, and creating a primitive costs far more than running a small one. Each kind
+ * of primitive has one least-recently-used cache of at most MXNET_AMP_ONEDNN_CACHE_SIZE entries (default
+ * 256): a service sees shapes nobody listed, and an evicted primitive is freed once no running call holds it.
+ * Scratch memory is the caller's (buffers per thread), so one primitive may run on several MXNet worker
+ * threads at once; a buffer grows to the largest recent call and shrinks back when a call needs under a
+ * quarter of it. mxnet_amp_onednn_cache_stats reports entries, hits, misses, evictions and buffer bytes.
  */
 #ifndef MXNET_AMP_ONEDNN_COMMON_H_
 #define MXNET_AMP_ONEDNN_COMMON_H_
@@ -21,12 +24,16 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -90,19 +97,64 @@ class TeamSize {
   bool set_;
 };
 
-/*! \brief Entries built once per key (outside the lock: creating a primitive can take milliseconds). */
+/*! \brief Counters of the primitive caches and scratch buffers (all kinds, all threads). */
+struct CacheCounters {
+  std::atomic<int64_t> entries{0}, hits{0}, misses{0}, evictions{0}, buffer_bytes{0};
+};
+
+inline CacheCounters& cache_counters() {
+  static CacheCounters counters;
+  return counters;
+}
+
+/*! \brief Entries per kind of primitive: MXNET_AMP_ONEDNN_CACHE_SIZE if set (at least 1), else 256. */
+inline size_t cache_capacity() {
+  static const size_t capacity = [] {
+    const int n = env_threads("MXNET_AMP_ONEDNN_CACHE_SIZE");
+    return static_cast<size_t>(n > 0 ? n : 256);
+  }();
+  return capacity;
+}
+
+/*!
+ * \brief Entries built once per key (outside the lock: creating a primitive can take milliseconds), kept in a
+ *        least-recently-used cache of cache_capacity() entries per Entry type.
+ */
 template <typename Entry>
 std::shared_ptr<const Entry> cached(const std::string& key, const std::function<std::shared_ptr<Entry>()>& make) {
+  using Order = std::list<std::string>;
+  struct Slot {
+    std::shared_ptr<const Entry> value;
+    typename Order::iterator position;
+  };
   static std::mutex mutex;
-  static std::unordered_map<std::string, std::shared_ptr<const Entry>> cache;
+  static Order order;  // most recently used first
+  static std::unordered_map<std::string, Slot> cache;
+  CacheCounters& counters = cache_counters();
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) {
+      order.splice(order.begin(), order, it->second.position);
+      ++counters.hits;
+      return it->second.value;
+    }
+    ++counters.misses;
   }
   std::shared_ptr<const Entry> entry = make();
   std::lock_guard<std::mutex> lock(mutex);
-  return cache.emplace(key, std::move(entry)).first->second;
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second.value;  // another thread built it meanwhile
+  order.push_front(key);
+  cache.emplace(key, Slot{entry, order.begin()});
+  ++counters.entries;
+  while (cache.size() > cache_capacity()) {
+    cache.erase(order.back());
+    order.pop_back();
+    --counters.entries;
+    ++counters.evictions;
+  }
+  return entry;
 }
 
 /*! \brief The bytes of a vector of integers: a cache key. */
@@ -110,12 +162,31 @@ inline std::string key_of(const std::vector<int64_t>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
 }
 
+/*! \brief This thread's scratch buffers; their bytes are counted in cache_counters(). */
+class ThreadBuffers {
+ public:
+  ~ThreadBuffers() {
+    for (const std::vector<char>& b : buffers_) cache_counters().buffer_bytes -= static_cast<int64_t>(b.size());
+  }
+  /*! \brief Buffer number slot, at least bytes long: grown when short, shrunk back when 4x too long. */
+  void* get(int slot, size_t bytes) {
+    if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(slot + 1);
+    std::vector<char>& b = buffers_[slot];
+    if (b.size() < bytes || (b.size() > (1u << 20) && b.size() / 4 > bytes)) {
+      cache_counters().buffer_bytes += static_cast<int64_t>(bytes) - static_cast<int64_t>(b.size());
+      std::vector<char>(bytes).swap(b);
+    }
+    return b.data();
+  }
+
+ private:
+  std::vector<std::vector<char>> buffers_;
+};
+
 /*! \brief This thread's scratch buffer number slot, at least bytes long (kept for the next call). */
 inline void* thread_buffer(int slot, size_t bytes) {
-  thread_local std::vector<std::vector<char>> buffers;
-  if (buffers.size() <= static_cast<size_t>(slot)) buffers.resize(slot + 1);
-  if (buffers[slot].size() < bytes) buffers[slot].resize(bytes);
-  return buffers[slot].data();
+  thread_local ThreadBuffers buffers;
+  return buffers.get(slot, bytes);
 }
 
 /*! \brief Runs body for a C entry point: 0, or -1 with the exception's message in error. */

@@ -118,6 +118,20 @@ extern "C" __attribute__((visibility("default"))) int mxnet_amp_onednn_matmul(co
       error, error_len);
 }
 
+/*!
+ * \brief The primitive caches' counters: entries now, hits, misses, evictions, scratch-buffer bytes held by all
+ *        threads, and the capacity per kind of primitive (MXNET_AMP_ONEDNN_CACHE_SIZE), in that order.
+ */
+extern "C" __attribute__((visibility("default"))) void mxnet_amp_onednn_cache_stats(int64_t* out) {
+  const auto& c = mxnet_amp_onednn::cache_counters();
+  out[0] = c.entries;
+  out[1] = c.hits;
+  out[2] = c.misses;
+  out[3] = c.evictions;
+  out[4] = c.buffer_bytes;
+  out[5] = static_cast<int64_t>(mxnet_amp_onednn::cache_capacity());
+}
+
 extern "C" __attribute__((visibility("default"))) const char* mxnet_amp_onednn_info() {
   static const std::string info = [] {
     const dnnl_version_t* v = dnnl_version();

@@ -1,0 +1,107 @@
+"""The library's oneDNN 3 primitive caches are bounded (least recently used out first), its scratch buffers
+shrink back, and both are counted (``_ext.onednn_cache``): a service sees shapes nobody listed.
+
+Float32 operands, so that the kernels run on every CPU class; the caches do not depend on the dtype.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet.amp import _ext
+
+from amp_testing import requires_onednn3
+
+_CHILD = r"""
+import json, sys
+import mxnet as mx
+import numpy as np
+from mxnet.amp import _ext
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024.0
+
+w = np.random.RandomState(0).uniform(-1, 1, (64, 128)).astype(np.float32)
+report = {"rss": {}, "stats": {}, "max_error": 0.0}
+def fc(n):
+    x = np.random.RandomState(n).uniform(-1, 1, (n, 128)).astype(np.float32)
+    y = mx.nd.amp_fully_connected(mx.nd.array(x), mx.nd.array(w), num_hidden=64, no_bias=True).asnumpy()
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    report["max_error"] = max(report["max_error"], float(np.abs(y - ref).max()))
+for n in range(1, int(sys.argv[1]) + 1):  # distinct lengths, as a service's requests
+    fc(n)
+    if n in (int(sys.argv[1]) // 2, int(sys.argv[1])):
+        report["rss"][n] = rss_mb()
+report["stats"]["after_new"] = _ext.onednn_cache()
+for n in range(int(sys.argv[1]) - 9, int(sys.argv[1]) + 1):  # the 10 most recent again: cached
+    fc(n)
+report["stats"]["after_repeat"] = _ext.onednn_cache()
+print(json.dumps(report))
+"""
+
+
+def _run(lengths, capacity):
+    env = dict(os.environ, MXNET_AMP_ONEDNN_CACHE_SIZE=str(capacity))
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(lengths)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@requires_onednn3
+def test_the_cache_is_bounded_and_least_recently_used_goes_first():
+    report = _run(40, 16)
+    new, repeat = report["stats"]["after_new"], report["stats"]["after_repeat"]
+    assert new["capacity"] == 16 and new["entries"] == 16
+    assert (new["misses"], new["hits"], new["evictions"]) == (40, 0, 24)
+    # the 10 most recent shapes are still cached: all hits, nothing built or evicted
+    assert (repeat["misses"], repeat["hits"], repeat["evictions"], repeat["entries"]) == (40, 10, 24, 16)
+    assert report["max_error"] < 1e-4  # evicted and rebuilt primitives compute the same products
+
+
+@requires_onednn3
+def test_300_distinct_lengths_leave_the_entries_bounded_and_rss_flat():
+    report = _run(300, 32)
+    stats = report["stats"]["after_new"]
+    assert stats["entries"] == 32 and stats["evictions"] == 300 - 32
+    half, full = report["rss"]["150"], report["rss"]["300"]
+    assert full <= half * 1.05, report["rss"]  # no growth with the shapes seen over the second half
+
+
+@requires_onednn3
+def test_the_default_capacity_and_the_counters_in_this_process():
+    stats = _ext.onednn_cache()
+    assert set(stats) == set(_ext.CACHE_FIELDS)
+    assert stats["capacity"] == int(os.environ.get("MXNET_AMP_ONEDNN_CACHE_SIZE", 256))
+    before = stats["misses"] + stats["hits"]
+    x = mx.nd.ones((3, 5))
+    mx.nd.amp_fully_connected(x, mx.nd.ones((2, 5)), num_hidden=2, no_bias=True).wait_to_read()
+    after = _ext.onednn_cache()
+    assert after["misses"] + after["hits"] == before + 1
+
+
+@requires_onednn3
+def test_scratch_buffers_shrink_back_after_a_large_call():
+    def conv(n, c):  # at most 8 output positions: im2col into a per-thread buffer, then one matmul
+        x, w = mx.nd.ones((n, c, 2, 2)), mx.nd.ones((16, c, 3, 3))
+        y = mx.nd.amp_convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=16, no_bias=True)
+        y.wait_to_read()
+        return _ext.onednn_cache()["buffer_bytes"], y
+    small, _ = conv(1, 8)
+    large, _ = conv(64, 256)
+    again, y = conv(1, 8)
+    assert large >= 64 * 4 * 256 * 9 * 4  # the column matrix of the large call, float32
+    # the large slot shrank back; buffers under 1 MB are kept as they are (cheaper than reallocating them)
+    assert again < large / 4 and again <= small + (1 << 20), (small, large, again)
+    np.testing.assert_array_equal(y.asnumpy()[0, :, 0, 0], np.full(16, 8 * 4, np.float32))
+
+
+def test_without_onednn3_there_is_no_cache_to_report():
+    code = "from mxnet.amp import _ext\nprint(_ext.onednn_cache())\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, MXNET_AMP_ONEDNN="0"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
