@@ -24,7 +24,7 @@ from mxnet.ndarray._internal import _imperative_invoke
 
 __all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "UPDATE_RULES", "GRAPH_INFER_ENV", "GRAPH_INFERENCE",
            "WITHOUT_GRAPH_INFER", "ONEDNN_BF16_ISAS", "invoker_convention", "install_graph_inference",
-           "CACHE_FIELDS", "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16", "onednn_cache",
+           "CACHE_FIELDS", "cpu_isa", "cuda_kernels", "onednn", "onednn_bf16", "onednn_cache", "onednn_threads",
            "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
@@ -210,12 +210,26 @@ def onednn_cache():
         the per-thread scratch buffers, and the entries allowed per kind of primitive
         (``MXNET_AMP_ONEDNN_CACHE_SIZE``, default 256). None where the oneDNN 3 kernels are unavailable.
     """
-    if not onednn()[0]:
+    lib = _onednn_library()
+    if lib is None:
         return None
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(LIBRARY_PATH), "libmxnet_amp_onednn.so"))  # loaded already
     values = (ctypes.c_int64 * len(CACHE_FIELDS))()
     lib.mxnet_amp_onednn_cache_stats(values)
     return dict(zip(CACHE_FIELDS, (int(v) for v in values)))
+
+
+def onednn_threads():
+    """The OpenMP team of each oneDNN 3 call: ``MXNET_AMP_ONEDNN_THREADS``, else ``OMP_NUM_THREADS``, else the
+    cores divided among MXNet's CPU engine workers (``MXNET_CPU_WORKER_NTHREADS``); None without oneDNN 3."""
+    lib = _onednn_library()
+    return None if lib is None else int(lib.mxnet_amp_onednn_team_threads())
+
+
+def _onednn_library():
+    """libmxnet_amp_onednn.so, which libmxnet_amp.so has opened already, or None where it could not."""
+    if not onednn()[0]:
+        return None
+    return ctypes.CDLL(os.path.join(os.path.dirname(LIBRARY_PATH), "libmxnet_amp_onednn.so"))
 
 
 #: oneDNN 3 ISAs (``dnnl::cpu_isa`` names, as :func:`onednn` reports them) on which oneDNN 3.2 creates bfloat16

@@ -105,3 +105,38 @@ def test_without_onednn3_there_is_no_cache_to_report():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, MXNET_AMP_ONEDNN="0"))
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
+
+
+_THREADS_CHILD = r"""
+import json
+import mxnet as mx
+import numpy as np
+from mxnet.amp import _ext
+rng = np.random.RandomState(0)
+outs = []
+for i in range(8):  # independent ops: with two engine workers, two run at once
+    x = mx.nd.array(rng.uniform(-1, 1, (32, 256)).astype(np.float32))
+    w = mx.nd.array(rng.uniform(-1, 1, (64, 256)).astype(np.float32))
+    d = mx.nd.array(rng.uniform(-1, 1, (4, 16, 2, 2)).astype(np.float32))
+    k = mx.nd.array(rng.uniform(-1, 1, (8, 16, 3, 3)).astype(np.float32))
+    outs.append(mx.nd.amp_fully_connected(x, w, num_hidden=64, no_bias=True))
+    outs.append(mx.nd.amp_convolution(d, k, kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True))
+print(json.dumps({"threads": _ext.onednn_threads(), "outs": [o.asnumpy().ravel().tolist() for o in outs]}))
+"""
+
+
+@requires_onednn3
+def test_engine_workers_share_the_cores_and_get_the_same_results():
+    runs = {}
+    for workers in (1, 2):
+        env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers))
+        for name in ("OMP_NUM_THREADS", "MXNET_AMP_ONEDNN_THREADS"):
+            env.pop(name, None)
+        proc = subprocess.run([sys.executable, "-c", _THREADS_CHILD], capture_output=True, text=True, timeout=300,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[workers] = json.loads(proc.stdout.strip().splitlines()[-1])
+    cores = os.cpu_count()
+    assert runs[1]["threads"] == cores and runs[2]["threads"] == max(1, cores // 2)
+    for one, two in zip(runs[1]["outs"], runs[2]["outs"]):
+        np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)

@@ -6,8 +6,8 @@
  * Threads: oneDNN sizes its parallel regions by omp_get_max_threads() of the calling thread, which is 1 in
  * MXNet's engine threads unless OMP_NUM_THREADS is set (MXNet's own kernels ask for their team explicitly).
  * Each call runs (and its primitive is created) with the team MXNet's kernels use, restored afterwards:
- * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else every core. MXNet's CPU engine runs one op
- * at a time by default (MXNET_CPU_WORKER_NTHREADS=1), so that team has the cores to itself.
+ * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else the cores divided among MXNet's CPU engine
+ * workers (MXNET_CPU_WORKER_NTHREADS, default 1: one op at a time, with every core).
  *
  * Primitives are cached per problem (the call's description without its data pointers): a model runs the
  * same few shapes over and over, and creating a primitive costs far more than running a small one. Each kind
@@ -24,6 +24,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -70,12 +71,17 @@ inline int env_threads(const char* name) {
   return n > 0 ? n : 0;
 }
 
-/*! \brief The OpenMP team of one call: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else every core. */
+/*!
+ * \brief The OpenMP team of one call: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else the cores divided
+ *        among MXNet's CPU engine workers (MXNET_CPU_WORKER_NTHREADS, default 1), at least 1: N workers
+ *        running library ops at once then use the cores once, not N times over.
+ */
 inline int team_threads() {
   static const int threads = [] {
     const int own = env_threads("MXNET_AMP_ONEDNN_THREADS");
     const int omp = env_threads("OMP_NUM_THREADS");
-    return own > 0 ? own : omp > 0 ? omp : omp_get_num_procs();
+    const int workers = std::max(1, env_threads("MXNET_CPU_WORKER_NTHREADS"));
+    return own > 0 ? own : omp > 0 ? omp : std::max(1, omp_get_num_procs() / workers);
   }();
   return threads;
 }

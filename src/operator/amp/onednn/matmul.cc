@@ -132,6 +132,11 @@ extern "C" __attribute__((visibility("default"))) void mxnet_amp_onednn_cache_st
   out[5] = static_cast<int64_t>(mxnet_amp_onednn::cache_capacity());
 }
 
+/*! \brief The OpenMP team size of each call (see team_threads in common.h). */
+extern "C" __attribute__((visibility("default"))) int mxnet_amp_onednn_team_threads() {
+  return mxnet_amp_onednn::team_threads();
+}
+
 extern "C" __attribute__((visibility("default"))) const char* mxnet_amp_onednn_info() {
   static const std::string info = [] {
     const dnnl_version_t* v = dnnl_version();

@@ -378,15 +378,15 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_convolution)
-    .setParseAttrs(mxnet_amp::conv_parse<false>)
-    .setInferType(mxnet_amp::conv_infer_type<false>)
-    .setInferShape(mxnet_amp::conv_infer_shape<false>)
-    .setForward(mxnet_amp::conv_forward<false>, "cpu")
-    .setBackward(mxnet_amp::conv_backward<false>, "cpu");
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::conv_parse<false>))
+    .setInferType(AMP_GUARDED(mxnet_amp::conv_infer_type<false>))
+    .setInferShape(AMP_GUARDED(mxnet_amp::conv_infer_shape<false>))
+    .setForward(AMP_GUARDED(mxnet_amp::conv_forward<false>), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::conv_backward<false>), "cpu");
 
 REGISTER_OP(amp_deconvolution)
-    .setParseAttrs(mxnet_amp::conv_parse<true>)
-    .setInferType(mxnet_amp::conv_infer_type<true>)
-    .setInferShape(mxnet_amp::conv_infer_shape<true>)
-    .setForward(mxnet_amp::conv_forward<true>, "cpu")
-    .setBackward(mxnet_amp::conv_backward<true>, "cpu");
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::conv_parse<true>))
+    .setInferType(AMP_GUARDED(mxnet_amp::conv_infer_type<true>))
+    .setInferShape(AMP_GUARDED(mxnet_amp::conv_infer_shape<true>))
+    .setForward(AMP_GUARDED(mxnet_amp::conv_forward<true>), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::conv_backward<true>), "cpu");

@@ -6,6 +6,8 @@
 #ifndef MXNET_AMP_OPS_GLUE_H_
 #define MXNET_AMP_OPS_GLUE_H_
 
+#include <exception>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,6 +60,32 @@ mxnet::ext::MXReturnValue cuda_result(const char* op, const char* error);
 
 /*! \brief Reports that op got GPU tensors in a build without CUDA kernels. */
 mxnet::ext::MXReturnValue no_cuda(const char* op);
+
+/*!
+ * \brief A lib_api callback F that never lets a C++ exception unwind into libmxnet.so (lib_api's _opCall*
+ *        entry points catch nothing): an exception becomes MX_FAIL with its message, which MXNet raises as an
+ *        MXNetError naming the op. Use it as AMP_GUARDED(f) wherever a callback is registered.
+ */
+template <auto F>
+struct Guarded;
+
+template <typename... Args, MXReturnValue (*F)(Args...)>
+struct Guarded<F> {
+  static MXReturnValue call(Args... args) noexcept {
+    try {
+      return F(args...);
+    } catch (const std::bad_alloc&) {
+      MX_ERROR_MSG << "out of memory (std::bad_alloc) in libmxnet_amp";
+    } catch (const std::exception& e) {
+      MX_ERROR_MSG << "libmxnet_amp: " << e.what();
+    } catch (...) {
+      MX_ERROR_MSG << "libmxnet_amp: unknown C++ exception";
+    }
+    return MX_FAIL;
+  }
+};
+
+#define AMP_GUARDED(f) (&::mxnet_amp::Guarded<f>::call)
 
 }  // namespace mxnet_amp
 

@@ -468,22 +468,22 @@ MXReturnValue dot_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_fully_connected)
-    .setParseAttrs(mxnet_amp::fc_parse)
-    .setInferType(mxnet_amp::fc_infer_type)
-    .setInferShape(mxnet_amp::fc_infer_shape)
-    .setForward(mxnet_amp::fc_forward, "cpu")
-    .setBackward(mxnet_amp::fc_backward, "cpu");
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::fc_parse))
+    .setInferType(AMP_GUARDED(mxnet_amp::fc_infer_type))
+    .setInferShape(AMP_GUARDED(mxnet_amp::fc_infer_shape))
+    .setForward(AMP_GUARDED(mxnet_amp::fc_forward), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::fc_backward), "cpu");
 
 REGISTER_OP(amp_batch_dot)
-    .setParseAttrs(mxnet_amp::dot_parse<mxnet_amp::kBatchDot>)
-    .setInferType(mxnet_amp::dot_infer_type<mxnet_amp::kBatchDot>)
-    .setInferShape(mxnet_amp::dot_infer_shape<mxnet_amp::kBatchDot>)
-    .setForward(mxnet_amp::dot_forward<mxnet_amp::kBatchDot>, "cpu")
-    .setBackward(mxnet_amp::dot_backward<mxnet_amp::kBatchDot>, "cpu");
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::dot_parse<mxnet_amp::kBatchDot>))
+    .setInferType(AMP_GUARDED(mxnet_amp::dot_infer_type<mxnet_amp::kBatchDot>))
+    .setInferShape(AMP_GUARDED(mxnet_amp::dot_infer_shape<mxnet_amp::kBatchDot>))
+    .setForward(AMP_GUARDED(mxnet_amp::dot_forward<mxnet_amp::kBatchDot>), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::dot_backward<mxnet_amp::kBatchDot>), "cpu");
 
 REGISTER_OP(amp_matmul)
-    .setParseAttrs(mxnet_amp::dot_parse<mxnet_amp::kMatmul>)
-    .setInferType(mxnet_amp::dot_infer_type<mxnet_amp::kMatmul>)
-    .setInferShape(mxnet_amp::dot_infer_shape<mxnet_amp::kMatmul>)
-    .setForward(mxnet_amp::dot_forward<mxnet_amp::kMatmul>, "cpu")
-    .setBackward(mxnet_amp::dot_backward<mxnet_amp::kMatmul>, "cpu");
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::dot_parse<mxnet_amp::kMatmul>))
+    .setInferType(AMP_GUARDED(mxnet_amp::dot_infer_type<mxnet_amp::kMatmul>))
+    .setInferShape(AMP_GUARDED(mxnet_amp::dot_infer_shape<mxnet_amp::kMatmul>))
+    .setForward(AMP_GUARDED(mxnet_amp::dot_forward<mxnet_amp::kMatmul>), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::dot_backward<mxnet_amp::kMatmul>), "cpu");

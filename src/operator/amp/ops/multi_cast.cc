@@ -94,25 +94,25 @@ MXReturnValue forward_widest(const Attrs& attrs, std::vector<MXTensor>* inputs,
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_multi_cast)
-    .setParseAttrs(mxnet_amp::parse_cast)
-    .setInferType(mxnet_amp::infer_type_cast)
-    .setInferShape(mxnet_amp::infer_shape)
-    .setForward(mxnet_amp::forward_cast, "cpu")
-    .setBackward(mxnet_amp::forward_cast, "cpu")
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::parse_cast))
+    .setInferType(AMP_GUARDED(mxnet_amp::infer_type_cast))
+    .setInferShape(AMP_GUARDED(mxnet_amp::infer_shape))
+    .setForward(AMP_GUARDED(mxnet_amp::forward_cast), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::forward_cast), "cpu")
 #if defined(MXNET_AMP_CUDA)
-    .setForward(mxnet_amp::forward_cast, "gpu")
-    .setBackward(mxnet_amp::forward_cast, "gpu")
+    .setForward(AMP_GUARDED(mxnet_amp::forward_cast), "gpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::forward_cast), "gpu")
 #endif
     ;
 
 REGISTER_OP(amp_multi_widest_cast)
-    .setParseAttrs(mxnet_amp::parse_widest)
-    .setInferType(mxnet_amp::infer_type_widest)
-    .setInferShape(mxnet_amp::infer_shape)
-    .setForward(mxnet_amp::forward_widest, "cpu")
-    .setBackward(mxnet_amp::forward_widest, "cpu")
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::parse_widest))
+    .setInferType(AMP_GUARDED(mxnet_amp::infer_type_widest))
+    .setInferShape(AMP_GUARDED(mxnet_amp::infer_shape))
+    .setForward(AMP_GUARDED(mxnet_amp::forward_widest), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::forward_widest), "cpu")
 #if defined(MXNET_AMP_CUDA)
-    .setForward(mxnet_amp::forward_widest, "gpu")
-    .setBackward(mxnet_amp::forward_widest, "gpu")
+    .setForward(AMP_GUARDED(mxnet_amp::forward_widest), "gpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::forward_widest), "gpu")
 #endif
     ;

@@ -204,12 +204,12 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_multi_update)
-    .setParseAttrs(mxnet_amp::parse)
-    .setInferType(mxnet_amp::infer_type)
-    .setInferShape(mxnet_amp::infer_shape)
-    .setMutateInputs(mxnet_amp::mutate_inputs)
-    .setForward(mxnet_amp::forward, "cpu")
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::parse))
+    .setInferType(AMP_GUARDED(mxnet_amp::infer_type))
+    .setInferShape(AMP_GUARDED(mxnet_amp::infer_shape))
+    .setMutateInputs(AMP_GUARDED(mxnet_amp::mutate_inputs))
+    .setForward(AMP_GUARDED(mxnet_amp::forward), "cpu")
 #if defined(MXNET_AMP_CUDA)
-    .setForward(mxnet_amp::forward, "gpu")
+    .setForward(AMP_GUARDED(mxnet_amp::forward), "gpu")
 #endif
     ;

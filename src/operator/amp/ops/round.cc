@@ -72,13 +72,13 @@ MXReturnValue run(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector
 }  // namespace mxnet_amp
 
 REGISTER_OP(amp_round)
-    .setParseAttrs(mxnet_amp::parse)
-    .setInferType(mxnet_amp::infer_type)
-    .setInferShape(mxnet_amp::infer_shape)
-    .setForward(mxnet_amp::run, "cpu")
-    .setBackward(mxnet_amp::run, "cpu")
+    .setParseAttrs(AMP_GUARDED(mxnet_amp::parse))
+    .setInferType(AMP_GUARDED(mxnet_amp::infer_type))
+    .setInferShape(AMP_GUARDED(mxnet_amp::infer_shape))
+    .setForward(AMP_GUARDED(mxnet_amp::run), "cpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::run), "cpu")
 #if defined(MXNET_AMP_CUDA)
-    .setForward(mxnet_amp::run, "gpu")
-    .setBackward(mxnet_amp::run, "gpu")
+    .setForward(AMP_GUARDED(mxnet_amp::run), "gpu")
+    .setBackward(AMP_GUARDED(mxnet_amp::run), "gpu")
 #endif
     ;
