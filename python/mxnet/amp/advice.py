@@ -23,7 +23,7 @@ import warnings
 from . import cpu
 
 __all__ = ["AUTO", "RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "ratios", "ratio_summary",
-           "resolve", "warn_if_slow", "warned_here", "log_choice"]
+           "resolve", "warn_if_slow", "log_choice"]
 
 #: The target dtype that asks this module to choose.
 AUTO = "auto"
@@ -131,13 +131,6 @@ def warn_if_slow(target_dtype, device_type="cpu", stacklevel=3):
            "not yet measured on this class (bench/bench_inference.py --record)", "; ".join(choices)),
         SlowBfloat16Warning, stacklevel=stacklevel)
     return True
-
-
-def warned_here(target_dtype, device_type="cpu"):
-    """Whether :func:`warn_if_slow` has told this process about ``target_dtype`` on this CPU class already
-    (which says all that a per-conversion emulation notice would)."""
-    return (target_dtype == "bfloat16" and device_type == "cpu" and "MXNET_AMP_EMULATE" not in os.environ
-            and cpu.cpu_class().name in _WARNED)
 
 
 def log_choice(why):

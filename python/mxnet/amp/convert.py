@@ -242,7 +242,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     emulated = stats.lp16_modes["emulated"] > 0
     if emulate is not True:  # bfloat16 on a CPU class where it is slow: once per process, with the choices
         advice.warn_if_slow(policy.target_dtype, device_type, stacklevel=_stacklevel_outside_package())
-    if emulated and emulate is None and not advice.warned_here(policy.target_dtype, device_type):
+    if emulated and emulate is None:
         warnings.warn(_emulation_warning(policy.target_dtype, device_type), stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
         policy.target_dtype, device_type, fuse, emulated,
