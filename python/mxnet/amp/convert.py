@@ -496,6 +496,10 @@ def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes, 
     """Convert a block's graph ``out`` (inputs ``names`` of ``dtypes``); return the ``SymbolBlock``, which takes
     and returns the nesting of the block's arguments and outputs (Gluon's ``formats``: inputs, outputs)."""
     import mxnet as mx
+    if len(names) != len(dtypes):  # e.g. a block whose cached graph came from another call structure
+        raise ValueError("convert_hybrid_block: the block's graph has %d input(s) (%s) but the data example gives "
+                         "%d array(s): pass one array per argument, nested as the block is called"
+                         % (len(names), ", ".join(names), len(dtypes)))
     arg_params = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux_params = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     res = convert(out, arg_params, aux_params, ctx=ctx, input_names=names, **options)

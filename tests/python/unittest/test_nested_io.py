@@ -79,3 +79,11 @@ def test_flatten_and_nest_are_inverse_and_refuse_other_leaves():
         flatten_arrays([a, [b, "c"]])
     with pytest.raises(TypeError, match="a \\(nested\\) list of NDArrays, one per argument"):
         amp.convert_hybrid_block(_model()[0], [a, ["not an array"]], target_dtype="bfloat16")
+
+
+def test_an_example_of_another_structure_is_refused_with_the_count():
+    net, tokens, state = _model()
+    amp.convert_hybrid_block(net, [tokens, state], target_dtype="bfloat16")  # the block's graph: 3 inputs
+    with pytest.raises(ValueError, match="graph has 3 input\\(s\\) \\(data0, data1, data2\\) but the data "
+                                         "example gives 1 array"):
+        amp.convert_hybrid_block(net, tokens, target_dtype="bfloat16")
