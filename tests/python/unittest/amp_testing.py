@@ -57,6 +57,18 @@ def cpuinfo_of_class(tmp_path, cls, processors=2):
     return str(path)
 
 
+def hardware_report_of_class(tmp_path, cls):
+    """``python -m mxnet.amp hardware --dtype bfloat16`` as on a CPU of class ``cls`` (mocked cpuinfo)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, **{cpu.CPUINFO_ENV: cpuinfo_of_class(tmp_path, cls)})
+    env.pop("MXNET_AMP_EMULATE", None)
+    out = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--dtype", "bfloat16"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def bf16_round(values):
     """Round float32 values to the nearest bfloat16 (ties to even), returned as float32; NaN stays NaN."""
     a = np.ascontiguousarray(values, dtype=np.float32)
