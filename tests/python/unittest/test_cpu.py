@@ -3,7 +3,6 @@
 Every class is tested on every machine: the flags come from cpuinfo files written here, the way a Skylake-SP,
 a Cooper Lake or a Sapphire Rapids lists them (abridged to the flags that matter plus some that do not).
 """
-
 import pytest
 
 from mxnet.amp import cpu

@@ -53,7 +53,7 @@ def test_an_impossible_allocation_is_an_mxnet_error_and_the_process_lives_on():
     (lambda: mx.nd.amp_round(mx.nd.ones(2), dtype="float64"), "float16.*bfloat16|bfloat16.*float16"),
 ])
 def test_bad_input_is_an_mxnet_error_naming_the_op(call, message):
-    import mxnet.amp  # noqa: F401
+    import mxnet.amp  # noqa: F401  (registers the library's ops)
     with pytest.raises(mx.base.MXNetError, match=message):
         call().wait_to_read()
     assert (mx.nd.ones(2) + 1).asnumpy().tolist() == [2.0, 2.0]  # MXNet goes on

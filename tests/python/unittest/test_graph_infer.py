@@ -337,7 +337,6 @@ def test_ops_loaded_by_the_user_first_still_get_graph_inference():
 
 
 def test_without_graph_inference_the_named_features_fail():
-    from mxnet.amp import _ext
     proc = _child(_CHECK, MXNET_AMP_GRAPH_INFER="0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "MXNET_AMP_GRAPH_INFER=0: graph inference of the library's ops is lib_api's" in proc.stderr

@@ -10,7 +10,6 @@ import sys
 
 import mxnet as mx
 import numpy as np
-import pytest
 from mxnet.amp import _ext
 
 from amp_testing import requires_onednn3
