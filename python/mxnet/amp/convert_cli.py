@@ -20,7 +20,8 @@ def add_arguments(parser):
     """Options of ``python -m mxnet.amp convert``."""
     parser.add_argument("--symbol", required=True, help="NET-symbol.json of the float32 model")
     parser.add_argument("--params", required=True, help="NET-0000.params of the float32 model")
-    parser.add_argument("--dtype", required=True, help="bfloat16 or float16")
+    parser.add_argument("--dtype", required=True,
+                        help="bfloat16, float16, or auto (bfloat16 on CPUs with bf16 arithmetic, else float32)")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT-symbol.json, OUT-0000.params")
     parser.add_argument("--input-shape", action="append", type=shape_arg, default=None,
                         help="shape of one input, e.g. 1,3,224,224 (repeat for several inputs); "
@@ -112,7 +113,7 @@ def run(args, out=None):
     import mxnet as mx
     out = out or sys.stdout
     from . import lists
-    dtype = lists.normalize_dtype(args.dtype)
+    dtype = args.dtype if args.dtype == "auto" else lists.normalize_dtype(args.dtype)
     sym, arg_params, aux_params = load_model(args.symbol, args.params)
     with mx.util.np_shape(isinstance(sym, mx.sym.np._Symbol)):  # a numpy-mode export runs in its semantics
         return _convert_and_report(args, out, dtype, sym, arg_params, aux_params)
@@ -177,7 +178,7 @@ def _print_deviation(original, result, shapes, out):
     if not shapes:
         print("deviation:        not measured (pass --input-shape)", file=out)
         return
-    if not summary.emulated and not native_support(summary.target_dtype, "cpu"):
+    if summary.target_dtype != "float32" and not summary.emulated and not native_support(summary.target_dtype, "cpu"):
         print("deviation:        not measured: the graph needs native %s kernels, which this CPU lacks"
               % summary.target_dtype, file=out)
         return

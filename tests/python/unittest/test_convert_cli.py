@@ -149,3 +149,19 @@ def test_module_entry_point(saved_net, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_dtype_auto_follows_the_cpu_class(saved_net, tmp_path, monkeypatch):
+    from mxnet.amp import advice, cpu
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    dtype, _ = advice.resolve("auto", "cpu")
+    out = str(tmp_path / "auto")
+    code, text = _run(*_args(saved_net, out, "--dtype", "auto", "--input-shape", "2,3,8,8"))
+    assert code == 0
+    first = text.splitlines()[0]
+    if dtype is None:  # classes (a) and (b): the float32 model, saved as it is and measured against itself
+        assert first.startswith("target dtype:     float32 on cpu") and "casts inserted:   0 amp_cast" in text
+        assert "deviation:        output 0: max abs 0, max rel 0 (vs float32" in text, text
+    else:
+        assert first.startswith("target dtype:     bfloat16 on cpu")
+    assert cpu.cpu_class().name in "abcd"

@@ -1,0 +1,149 @@
+"""Serving a converted encoder: many requests of varying length, latency percentiles, memory and cache growth.
+
+The model is an encoder of BERT-base shape (``--layers`` post-LN blocks of 768 units, 12 heads, 3072 hidden
+units; random weights). Each configuration runs in a child process of its own: the variant (fp32,
+``mxnet.contrib.amp`` bf16, ``mxnet.amp`` bf16 via ``convert_hybrid_block``), the batch size and the number of
+MXNet CPU engine workers (``MXNET_CPU_WORKER_NTHREADS``). The requests are a fixed, seeded mix of sequence
+lengths from 8 to 512 (drawn from ``--distinct`` values, so that some lengths repeat), the same for every
+configuration.
+
+Reported per configuration: p50 and p99 latency after warm-up (the first request of each length excluded),
+p99/p50, throughput (tokens per second), the cost of the first request at a new length (its latency over the
+median of the later requests of that length), peak RSS (VmHWM), steady-state RSS (at the end), RSS growth over
+the second half of the requests, and the library's oneDNN 3 cache entries (``_ext.onednn_cache``).
+
+Usage: python bench/bench_serving.py [--layers 2] [--requests 48] [--distinct 16] [--batches 1,8]
+       [--workers 1,2] [--variants fp32,contrib,ours]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_inference import _encoder  # noqa: E402  (the same block as the inference bench, at BERT-base size)
+
+VARIANTS = ("fp32", "contrib", "ours")
+UNITS, HEADS, HIDDEN = 768, 12, 3072
+
+
+def lengths(requests, distinct, seed=0):
+    """The request mix: ``requests`` lengths in [8, 512] drawn from ``distinct`` seeded values."""
+    rng = np.random.RandomState(seed)
+    pool = sorted({int(v) for v in np.exp(rng.uniform(np.log(8), np.log(512), distinct)).round()})
+    return [int(v) for v in rng.choice(pool, requests)]
+
+
+def _model(layers):
+    import mxnet as mx
+    from mxnet.gluon import nn
+    mx.random.seed(0)
+    net = nn.HybridSequential()
+    for _ in range(layers):
+        net.add(_encoder(units=UNITS, heads=HEADS, hidden=HIDDEN))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    return net
+
+
+def _rss_mb(key="VmRSS"):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024.0
+
+
+def serve(variant, batch, layers, mix):
+    """Run the requests in this process; return the measurements as plain data."""
+    import mxnet as mx
+    from mxnet.amp import _ext
+    net = _model(layers)
+    example = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (batch, 16, UNITS)).astype(np.float32))
+    net(example).wait_to_read()
+    if variant == "ours":
+        from mxnet import amp
+        net = amp.convert_hybrid_block(net, example, target_dtype="bfloat16", cast_params_offline=True)
+    elif variant == "contrib":
+        from mxnet.contrib import amp as contrib_amp
+        net = contrib_amp.convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True)
+    rng = np.random.RandomState(2)
+    seen, latency, rss = {}, [], []
+    for length in mix:
+        x = mx.nd.array(rng.uniform(-1, 1, (batch, length, UNITS)).astype(np.float32))
+        start = time.perf_counter()
+        y = net(x)
+        mx.nd.amp_cast(y, dtype="float32").wait_to_read()
+        latency.append(time.perf_counter() - start)
+        seen.setdefault(length, []).append(latency[-1])
+        rss.append(_rss_mb())
+    first = [i for i, length in enumerate(mix) if mix.index(length) == i]
+    warm = [t for i, t in enumerate(latency) if i not in set(first)]
+    first_cost = [times[0] / statistics.median(times[1:]) for times in seen.values() if len(times) > 1]
+    half = len(rss) // 2
+    return {"p50_ms": 1000 * float(np.percentile(warm, 50)), "p99_ms": 1000 * float(np.percentile(warm, 99)),
+            "tokens_per_s": batch * sum(mix) / sum(latency),
+            "first_request_x": statistics.median(first_cost) if first_cost else float("nan"),
+            "peak_rss_mb": _rss_mb("VmHWM"), "steady_rss_mb": rss[-1],
+            "second_half_growth": (rss[-1] - rss[half]) / rss[half], "cache": _ext.onednn_cache()}
+
+
+def run_child(variant, batch, workers, args, timeout=3600):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, str(batch), "--layers", str(args.layers),
+           "--requests", str(args.requests), "--distinct", str(args.distinct)]
+    env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after %d s" % timeout}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    return {"error": "failed (exit %d): %s" % (proc.returncode, (lines[-1] if lines else "")[:140])}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--distinct", type=int, default=16)
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "BATCH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    mix = lengths(args.requests, args.distinct)
+    if args.child:
+        print(json.dumps(serve(args.child[0], int(args.child[1]), args.layers, mix)))
+        return 0
+    from timing import cpu_banner
+    cpu_banner()
+    print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0"
+          % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix))))
+    header = ("variant", "batch", "workers", "p50 ms", "p99 ms", "p99/p50", "tokens/s", "vs fp32", "1st req",
+              "peak MB", "steady MB", "2nd-half growth", "cache entries")
+    print(" | ".join(header))
+    for batch in (int(b) for b in args.batches.split(",")):
+        for workers in (int(w) for w in args.workers.split(",")):
+            base = None
+            for variant in args.variants.split(","):
+                r = run_child(variant, batch, workers, args)
+                if "error" in r:
+                    print(" | ".join([variant, str(batch), str(workers), r["error"]]))
+                    continue
+                base = base or (r if variant == "fp32" else None)
+                speed = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
+                cache = r["cache"]["entries"] if r["cache"] else "-"
+                print(" | ".join([variant, str(batch), str(workers), "%.1f" % r["p50_ms"], "%.1f" % r["p99_ms"],
+                                  "%.2f" % (r["p99_ms"] / r["p50_ms"]), "%.0f" % r["tokens_per_s"],
+                                  "%.2fx" % speed, "%.2fx" % r["first_request_x"], "%.0f" % r["peak_rss_mb"],
+                                  "%.0f" % r["steady_rss_mb"], "%+.1f%%" % (100 * r["second_half_growth"]),
+                                  str(cache)]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
