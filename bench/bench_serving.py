@@ -68,7 +68,7 @@ def serve(variant, batch, layers, mix):
         net = amp.convert_hybrid_block(net, example, target_dtype="bfloat16", cast_params_offline=True)
     elif variant == "contrib":
         from mxnet.contrib import amp as contrib_amp
-        net = contrib_amp.convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True)
+        net = contrib_amp.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu(), cast_optional_params=True)
     rng = np.random.RandomState(2)
     seen, latency, rss = {}, [], []
     for length in mix:
