@@ -1,0 +1,106 @@
+"""The block a conversion returns: a ``SymbolBlock`` that takes and returns the nesting of the original
+block's arguments and outputs, and keeps it through ``export`` / :meth:`ConvertedBlock.imports`.
+
+Gluon describes nesting by formats (0 for one array, a list of formats for a list): :func:`flatten_arrays` and
+:func:`nest` go between nested values and flat lists in those formats.
+"""
+import json
+import os
+
+from mxnet.gluon import SymbolBlock
+
+__all__ = ["ConvertedBlock", "flatten_arrays", "nest"]
+
+
+def flatten_arrays(value):
+    """``(flat list of arrays, format)`` of an NDArray or a nested list/tuple of them, in Gluon's input format
+    (0 for an array, a list of formats for a list), so that a ``SymbolBlock`` takes the same nesting.
+
+    Raises
+    ------
+    TypeError
+        A leaf is not an NDArray.
+    """
+    import mxnet as mx
+    if isinstance(value, mx.nd.NDArray):
+        return [value], 0
+    if isinstance(value, (list, tuple)) and value:
+        flat, fmt = [], []
+        for item in value:
+            items, item_fmt = flatten_arrays(item)
+            flat += items
+            fmt.append(item_fmt)
+        return flat, fmt
+    raise TypeError("expected an NDArray or a non-empty list of them, got %r" % (value,))
+
+
+def nest(flat, fmt):
+    """The items of ``flat`` nested as Gluon's format ``fmt`` says (0: one item; a list: one entry each)."""
+    items = list(flat)
+    out = _nest(items, fmt)
+    if items:
+        raise ValueError("nest: %d items left over for format %r" % (len(items), fmt))
+    return out
+
+
+def _nest(items, fmt):
+    if isinstance(fmt, int):
+        if fmt != 0:
+            raise ValueError("nest: format %r (multi-output or absent entries) is not supported" % (fmt,))
+        return items.pop(0)
+    return [_nest(items, f) for f in fmt]
+
+
+class ConvertedBlock(SymbolBlock):
+    """The ``SymbolBlock`` :func:`convert_hybrid_block` returns.
+
+    It takes the arguments the original block took, nested lists included (``low(tokens, [h, c])`` for a
+    GluonNLP language model), and returns its outputs nested the same way. Its ``export`` keeps the casts by
+    default (MXNet's default drops them, and the exported low precision graph would no longer fit its
+    parameters) and writes the nesting to ``PATH-io.json`` beside the symbol, which :meth:`imports` reads back.
+    """
+
+    IO_VERSION = 1
+
+    @classmethod
+    def nested(cls, sym, inputs, in_format, out_format):
+        """A block of ``sym`` (a group of outputs) whose flat ``inputs`` and outputs take Gluon's formats."""
+        import mxnet as mx
+        is_np = isinstance(sym, mx.sym.np._Symbol)  # where sym[i] slices the tensor, not the outputs
+        legacy = sym.as_nd_ndarray() if is_np else sym
+        outputs = [legacy[i] for i in range(len(legacy.list_outputs()))]
+        outputs = [o.as_np_ndarray() for o in outputs] if is_np else outputs
+        try:
+            nested_in, nested_out = nest(inputs, in_format), nest(outputs, out_format)
+        except ValueError:  # formats with absent (None) arguments or multi-output symbols: flat, as MXNet's
+            nested_in, nested_out = inputs, sym
+        return cls(nested_out, nested_in)
+
+    def export(self, path, epoch=0, remove_amp_cast=False):  # pylint: disable=arguments-differ
+        result = super().export(path, epoch, remove_amp_cast)
+        with open("%s-io.json" % path, "w") as f:
+            json.dump({"version": self.IO_VERSION, "in_format": self._in_format, "out_format": self._out_format}, f)
+        return result
+
+    @classmethod
+    def imports(cls, symbol_file, input_names, param_file=None, ctx=None, allow_missing=False,
+                ignore_extra=False):
+        """``SymbolBlock.imports`` of an exported converted block, with the nesting ``export`` wrote next to the
+        symbol file (``PATH-io.json``) when it is there; ``input_names`` are the flat input names in order."""
+        import mxnet as mx
+        flat = SymbolBlock.imports(symbol_file, input_names, param_file, ctx, allow_missing, ignore_extra)
+        io_file = symbol_file[:-len("-symbol.json")] + "-io.json" if symbol_file.endswith("-symbol.json") else None
+        if io_file is None or not os.path.isfile(io_file):
+            return flat
+        with open(io_file) as f:
+            io = json.load(f)
+        if io.get("version") != cls.IO_VERSION or set(io) != {"version", "in_format", "out_format"}:
+            raise ValueError("%s: expected keys in_format, out_format and version %d, got %r"
+                             % (io_file, cls.IO_VERSION, io))
+        names = [input_names] if isinstance(input_names, str) else list(input_names)
+        sym = mx.sym.load(symbol_file)
+        inputs = [mx.sym.var(n) for n in names]
+        net = cls.nested(sym, inputs, io["in_format"], io["out_format"])
+        net.collect_params().load_dict({k: v.data() for k, v in flat.collect_params().items()}, ctx=ctx or mx.cpu(),
+                                       cast_dtype=True, dtype_source="saved")
+        return net
