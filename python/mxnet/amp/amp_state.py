@@ -9,7 +9,7 @@ off.
 import enum
 import weakref
 
-__all__ = ["ATTR", "Stage", "AmpState", "Group", "attach", "state_of", "attached", "join_group", "leave_group",
+__all__ = ["ATTR", "Stage", "AmpState", "Group", "attach", "state_of", "attached", "join_group", "replace_scaler",
            "report"]
 
 #: Name of the attribute that holds a trainer's (or optimizer's) :class:`AmpState`.
@@ -91,11 +91,16 @@ def join_group(owner):
     _GROUPS.setdefault(state_of(owner).scaler, Group()).trainers.add(owner)
 
 
-def leave_group(owner):
-    """Take ``owner`` out of the group of the scaler its state holds now (before the scaler is replaced)."""
-    group = _GROUPS.get(state_of(owner).scaler)
+def replace_scaler(owner, scaler):
+    """Move ``owner`` from its scaler's group to ``scaler``'s (nothing changes when it is the same scaler)."""
+    state = state_of(owner)
+    if scaler is state.scaler:
+        return
+    group = _GROUPS.get(state.scaler)
     if group is not None:
         group.trainers.discard(owner)
+    state.scaler = scaler
+    join_group(owner)
 
 
 def report(scaler, finite):

@@ -27,7 +27,7 @@ import weakref
 from .. import autograd
 from .. import module as _module
 from . import _ext
-from .amp_state import AmpState, Stage, attach, attached, join_group, leave_group, report, state_of
+from .amp_state import AmpState, Stage, attach, attached, replace_scaler, report, state_of
 
 __all__ = ["init_optimizer", "unscale_optimizer"]
 
@@ -39,10 +39,8 @@ def init_optimizer(optimizer, scaler, target_dtype):
     state = attached(optimizer)
     if state is None:
         state = attach(optimizer, AmpState(scaler, target_dtype))
-    elif scaler is not state.scaler:
-        leave_group(optimizer)
-        state.scaler = scaler
-        join_group(optimizer)
+    else:
+        replace_scaler(optimizer, scaler)
     if not _PATCHED:
         for name, wrapper in (("update", _update), ("backward", _backward)):
             original = getattr(_module.Module, name)

@@ -40,7 +40,7 @@ from .. import autograd
 from .. import ndarray as nd
 from .. import numpy as _mx_np
 from . import _ext, checkpoint, module_api
-from .amp_state import AmpState, Stage, attach, attached, join_group, leave_group, report, state_of
+from .amp_state import AmpState, Stage, attach, attached, replace_scaler, report, state_of
 from .fused_update import FusedUpdater, RuleCache, StepResult
 from .grad_buffer import GradBuffers
 from .loss_scaler import LossScaler
@@ -363,9 +363,7 @@ def init_trainer(trainer, loss_scaler=None, fused=True):
         _settle(trainer)
         amp_state.fused = fused
         if loss_scaler is not None:
-            leave_group(trainer)
-            amp_state.scaler = loss_scaler
-            join_group(trainer)
+            replace_scaler(trainer, loss_scaler)
     return amp_state.scaler
 
 
