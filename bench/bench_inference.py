@@ -5,12 +5,16 @@ paths fail or crash on CPUs without AVX-512, and a crash must not end the benchm
 - fp32:          the float32 symbol, plain executor
 - fp32 fused:    the float32 symbol after oneDNN fusion (``optimize_for('MKLDNN')``)
 - contrib bf16:  ``mxnet.contrib.amp.convert_model(..., 'bfloat16')`` (the peer we benchmark against)
-- ours bf16:     ``mxnet.amp.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default)
+- ours bf16:     ``mxnet.amp.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default):
+  the default plan of this CPU class (``mxnet.amp.lists.cpu_class_plan``: emulated on classes a and b, native
+  on c and d)
 - ours bf16 unfused: the same with ``fuse=False``
-- ours bf16 mxnet kernels: ``ours bf16`` with ``kernels="mxnet"`` (MXNet's matrix products, not this
-  project's oneDNN 3 kernels)
+- ours bf16 mxnet kernels: ``ours bf16`` with ``kernels="mxnet"`` (MXNet's matrix products and convolutions,
+  not this project's oneDNN 3 kernels)
+- ours bf16 native: ``ours bf16`` with ``emulate=False`` (bfloat16 kernels); only where MXNet has them (AVX-512)
+  and the default plan emulates (class b)
 - ours bf16 emulate: ``ours bf16`` with ``emulate=True`` (float32 kernels on bf16-rounded values, the library's
-  float32 products); only where bfloat16 is native (elsewhere it is what ``ours bf16`` does already)
+  float32 products and convolutions); only where the default plan is native
 Prints ms per batch (the best of --repeat runs; the runs alternate the variants, so load from other
 processes hits them alike), the ratio to fp32 (>1 is faster) and the max deviation from fp32 scaled by
 max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernels, rounded values): expect
@@ -18,7 +22,8 @@ it to be slower than fp32 there.
 
 Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5] [--record]
 
-``--record`` writes the ratios of ``ours bf16`` (the default plan) and ``ours bf16 emulate`` into
+``--record`` writes the ratios of the native and the emulated plan (whichever of ``ours bf16``,
+``ours bf16 native`` and ``ours bf16 emulate`` ran them) into
 ``python/mxnet/amp/cpu_ratios.json`` under this CPU's class (mxnet.amp.cpu), replacing that class's rows of the
 same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote.
 """
@@ -32,15 +37,15 @@ import time
 import numpy as np
 
 VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels",
-            "ours bf16 emulate")
+            "ours bf16 native", "ours bf16 emulate")
 #: Variants timed together in one process; contrib's bf16 runs alone (it fails or crashes on some CPUs).
-GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels", "ours bf16 emulate"),
-          ("contrib bf16",))
+GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels", "ours bf16 native",
+           "ours bf16 emulate"), ("contrib bf16",))
 MODELS = ("resnet50", "transformer")
 #: Workload names in cpu_ratios.json, and which variant is which plan there.
 WORKLOADS = {"resnet50": "ResNet-50 v1 inference, batch %d, 224x224",
              "transformer": "transformer encoder block inference, %dx128x512"}
-PLANS = {"ours bf16": "default", "ours bf16 emulate": "emulate"}
+PLANS = {"ours bf16 native": "native", "ours bf16 emulate": "emulated"}
 RATIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "mxnet", "amp", "cpu_ratios.json")
 
 
@@ -112,7 +117,7 @@ def variant_graph(variant, sym, args, aux):
     out = convert(sym, args, aux, "bfloat16", cast_params_offline=True,
                   fuse=False if variant == "ours bf16 unfused" else None,
                   kernels="mxnet" if variant == "ours bf16 mxnet kernels" else "auto",
-                  emulate=True if variant == "ours bf16 emulate" else None)
+                  emulate={"ours bf16 emulate": True, "ours bf16 native": False}.get(variant))
     return out.symbol, out.arg_params, out.aux_params
 
 
@@ -170,11 +175,17 @@ def main(argv=None):
         print(json.dumps(result))
         return 0
     from mxnet.amp import policy
-    native = policy.native_support("bfloat16", "cpu")
-    print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if native else
-                                        "emulated: no bf16 kernels on this CPU (float32 kernels, rounded values)"))
+    from mxnet.amp import cpu
+    native, planned = policy.native_support("bfloat16", "cpu"), policy.plans_native("bfloat16", "cpu")
+    klass = cpu.cpu_class()
+    print("CPU class (%s) %s; the default bfloat16 plan here: %s" % (
+        klass.name, klass.title, "native kernels" if planned else
+        "emulated (float32 kernels on rounded values)%s" % ("; MXNet's bf16 kernels exist" if native else "")))
     print("batch %d, best of %d interleaved runs after one warm-up" % (args.batch, args.repeat))
-    groups = GROUPS if native else tuple(tuple(v for v in g if v != "ours bf16 emulate") for g in GROUPS)
+    skip = {"ours bf16 emulate"} if not planned else set()
+    skip |= {"ours bf16 native"} if planned or not native else set()
+    groups = tuple(tuple(v for v in g if v not in skip) for g in GROUPS)
+    plans = dict(PLANS, **{"ours bf16": "native" if planned else "emulated"})
     recorded = {}
     for model in args.models.split(","):
         results = {}
@@ -185,7 +196,8 @@ def main(argv=None):
         print("\n%s" % model)
         print("%-18s | %10s | %12s | %s" % ("variant", "ms/batch", "vs fp32", "max rel dev vs fp32"))
         for name in VARIANTS:
-            res = results.get(name, {"error": "not run: bfloat16 is emulated here anyway"})
+            res = results.get(name, {"error": "not run: the default plan ('ours bf16') is this one here, or "
+                                               "MXNet has no bf16 kernels on this CPU"})
             if "error" in res:
                 print("%-18s | %s" % (name, res["error"]))
                 continue
@@ -193,8 +205,8 @@ def main(argv=None):
             out = np.array(res["output"])
             dev = np.abs(out - ref).max() / np.abs(ref).max() if ref.size and out.size == ref.size else float("nan")
             print("%-18s | %10.1f | %11.2fx | %.2e" % (name, 1000 * res["seconds"], ratio, dev))
-            if name in PLANS:
-                recorded[(WORKLOADS[model] % args.batch, PLANS[name])] = round(ratio, 2)
+            if name in plans:
+                recorded[(WORKLOADS[model] % args.batch, plans[name])] = round(ratio, 2)
     if args.record:
         record(recorded, "python bench/bench_inference.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0

@@ -1,8 +1,9 @@
 """What low precision buys on this machine: ``target_dtype="auto"``, and a warning where bfloat16 is slow.
 
-bfloat16 pays only where the CPU has bf16 arithmetic (classes (c) AVX512-BF16 and (d) AMX of
-:mod:`mxnet.amp.cpu`). On class (a) it is emulated and on class (b) oneDNN converts it to float32 in
-registers: slower than float32 in every framework. What it costs or gains per class is measured data
+bfloat16 arithmetic exists only on classes (c) AVX512-BF16 and (d) AMX of :mod:`mxnet.amp.cpu`. On class (a)
+MXNet has no bf16 kernels, and on class (b) oneDNN's bf16 kernels convert to float32 in registers, slower than
+float32 in every framework: there the default plan emulates (float32 kernels on bf16-rounded values,
+``mxnet.amp.lists.cpu_class_plan``). What each plan costs or gains per class is measured data
 (``cpu_ratios.json`` beside this file, written by ``bench/bench_inference.py --record``), never a claim in
 code.
 
@@ -20,10 +21,10 @@ import logging
 import os
 import warnings
 
-from . import cpu
+from . import cpu, lists
 
-__all__ = ["AUTO", "RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "ratios", "ratio_summary",
-           "resolve", "warn_if_slow", "log_choice"]
+__all__ = ["AUTO", "RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "default_plan", "ratios",
+           "ratio_summary", "resolve", "warn_if_slow", "log_choice"]
 
 #: The target dtype that asks this module to choose.
 AUTO = "auto"
@@ -50,14 +51,22 @@ def _load(path):
     return data
 
 
-def ratios(class_name, variant="default"):
-    """The measured rows of one CPU class and plan (``"default"`` or ``"emulate"``), as stored."""
-    return [row for row in _load(RATIOS_FILE)["classes"][class_name] if row["variant"] == variant]
+def default_plan(class_name):
+    """The default bfloat16 plan of a CPU class: ``"native"`` or ``"emulated"``."""
+    return lists.cpu_class_plan("bfloat16", class_name)[0]
 
 
-def ratio_summary(class_name, variant="default"):
-    """One phrase: the range of measured ratios of a class, with the workloads, dates and CPUs, or None."""
-    rows = ratios(class_name, variant)
+def ratios(class_name, plan=None):
+    """The measured rows of one CPU class and plan (``"native"``, ``"emulated"``; None: the class's default
+    plan), as stored."""
+    plan = plan or default_plan(class_name)
+    return [row for row in _load(RATIOS_FILE)["classes"][class_name] if row["variant"] == plan]
+
+
+def ratio_summary(class_name, plan=None):
+    """One phrase: the range of measured ratios of a class and plan (None: its default), with the workloads,
+    dates and CPUs, or None when nothing was measured."""
+    rows = ratios(class_name, plan)
     if not rows:
         return None
     low, high = min(r["ratio"][0] for r in rows), max(r["ratio"][1] for r in rows)
@@ -117,17 +126,22 @@ def warn_if_slow(target_dtype, device_type="cpu", stacklevel=3):
     if klass.name in FAST_BF16_CLASSES or klass.name in _WARNED:
         return False
     _WARNED.add(klass.name)
+    plan = default_plan(klass.name)
     measured = ratio_summary(klass.name)
-    emulated = ratio_summary(klass.name, "emulate")
     choices = ["target_dtype='auto' (float32 here, bfloat16 where the CPU has bf16 arithmetic, float16 on GPUs)"]
-    if klass.name != "a":  # on class (a) everything is emulated already
-        choices.append("emulate=True (bfloat16 numerics on float32 kernels%s)"
-                       % (": measured " + emulated if emulated else ""))
+    if klass.name != "a":  # class (a) has no bf16 kernels to choose
+        other = "emulated" if plan == "native" else "native"
+        other_measured = ratio_summary(klass.name, other)
+        choices.append("emulate=%s (%s%s)" % (
+            other == "emulated", "float32 kernels on bf16-rounded values" if other == "emulated" else
+            "oneDNN's bfloat16 kernels", ": measured " + other_measured if other_measured else ""))
     choices.append("keep bfloat16 for its numerics and silence this with "
                    "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)")
     warnings.warn(
-        "mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here, %s. Choices: %s"
-        % (klass.name, klass.title, klass.bf16, "measured " + measured if measured else
+        "mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here; AMP's default plan %s: %s. Choices: %s"
+        % (klass.name, klass.title, klass.bf16, "runs its bf16 kernels" if plan == "native" else
+           "emulates it (float32 kernels on bf16-rounded values, bf16 numerics)",
+           "measured " + measured if measured else
            "not yet measured on this class (bench/bench_inference.py --record)", "; ".join(choices)),
         SlowBfloat16Warning, stacklevel=stacklevel)
     return True

@@ -450,7 +450,9 @@ def _library_call(kernel, func, args, kwargs):
         elif name not in ("out", "name") and value is not None and value is not mx.base._Null:
             attrs[name] = value
     numpy = isinstance(inputs[0], mx.np.ndarray)
-    out = getattr(mx.nd, kernel)(*[x.as_nd_ndarray() if numpy else x for x in inputs], **attrs)
+    op = getattr(mx.nd, kernel)
+    op = getattr(op, "__amp_original__", op)  # the inputs are converted already: not through AMP again
+    out = op(*[x.as_nd_ndarray() if numpy else x for x in inputs], **attrs)
     return out.as_np_ndarray() if numpy else out
 
 

@@ -23,7 +23,7 @@ from . import advice, fusion, graph, lists
 from .compat import renamed_keywords
 from .converted_block import ConvertedBlock, flatten_arrays, nest
 from .fold import fold_batchnorm
-from .policy import make_policy, mx_dtype
+from .policy import make_policy, mx_dtype, native_support
 
 __all__ = ["convert_symbol", "convert_model", "convert_hybrid_block", "convert", "Conversion",
            "ConversionSummary", "ConvertedBlock", "flatten_arrays", "nest"]
@@ -243,7 +243,7 @@ def convert(sym, arg_params=None, aux_params=None, target_dtype="float16", targe
     emulated = stats.lp16_modes["emulated"] > 0
     if emulate is not True:  # bfloat16 on a CPU class where it is slow: once per process, with the choices
         advice.warn_if_slow(policy.target_dtype, device_type, stacklevel=_stacklevel_outside_package())
-    if emulated and emulate is None:
+    if emulated and emulate is None and not native_support(policy.target_dtype, device_type):
         warnings.warn(_emulation_warning(policy.target_dtype, device_type), stacklevel=_stacklevel_outside_package())
     summary = ConversionSummary(
         policy.target_dtype, device_type, fuse, emulated,

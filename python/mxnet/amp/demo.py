@@ -238,11 +238,11 @@ def _cpu_class_line():
     from . import advice, cpu
     klass = cpu.cpu_class()
     measured = advice.ratio_summary(klass.name)
-    line = "CPU class (%s) %s: bfloat16 is %s here%s" % (
-        klass.name, klass.title, klass.bf16, ", measured " + measured if measured else "")
+    line = "CPU class (%s) %s: bfloat16 is %s here; AMP's default plan is %s%s" % (
+        klass.name, klass.title, klass.bf16, advice.default_plan(klass.name),
+        ", measured " + measured if measured else "")
     if klass.name not in advice.FAST_BF16_CLASSES:
-        line += ("; AMP is slower than float32 on this class (it shows the numerics); target_dtype='auto' "
-                 "would train in float32 here")
+        line += "; no bf16 arithmetic on this class: target_dtype='auto' would train in float32 here"
     return line
 
 
@@ -252,7 +252,7 @@ def run_demo(config, out=sys.stdout):
     Returns the two histories and the inference results."""
     import os
     from . import report
-    from .policy import make_policy, native_support
+    from .policy import make_policy, plans_native
 
     import mxnet as mx
     ctx = mx.gpu() if mx.context.num_gpus() > 0 else mx.cpu()
@@ -267,8 +267,8 @@ def run_demo(config, out=sys.stdout):
     log("digits: %d train / %d test images (%dx%d), %d channels, %d epochs, batch %d, AMP dtype %s on %s%s"
         % (len(data[0]), len(data[2]), config.image_size, config.image_size, config.channels, config.epochs,
            config.batch_size, config.dtype, ctx,
-           "" if native_support(config.dtype, ctx.device_type) else
-           " (emulated: MXNet has no %s kernels here; float32 kernels on rounded values)" % config.dtype))
+           "" if plans_native(config.dtype, ctx.device_type) else
+           " (emulated: float32 kernels on values rounded to %s)" % config.dtype))
     fp32 = train(config, False, data, log, ctx)
     amp = train(config, True, data, log, ctx)
     os.makedirs(config.out_dir, exist_ok=True)

@@ -202,9 +202,18 @@ def _findings(nodes, ref, got, policy):
         if kind is None:
             continue
         if not any(nodes[i[0]]["name"] in broken for i in node["inputs"]):
-            findings.append(Finding(name, node["op"], kind, float(np.abs(fp32).max())))
+            findings.append(Finding(name, _mxnet_op(node["op"]), kind, float(np.abs(fp32).max())))
         broken.add(name)
     return findings
+
+
+def _mxnet_op(op):
+    """MXNet's op behind one of this project's library kernels (what the user's op lists name), else ``op``."""
+    if not lists.is_library_kernel(op):
+        return op
+    return next(mx_op for dtype in lists.DTYPES for mx_op, kernel in sorted(
+        {**lists.library_kernels(dtype, "cpu"), **lists.emulation_kernels(dtype, "cpu")}.items())
+                if kernel == op and not mx_op.startswith("_"))
 
 
 def _gradients(sym, feed, wrt, scale):

@@ -415,7 +415,7 @@ def route_library_kernels(sym, policy, device_type):
     changed = False
     for node in graph["nodes"]:
         if node["op"] != "null" and policy.action(node["op"], node.get("attrs"), node["name"]) == LP16:
-            op = _kernel_op(node, policy, device_type)
+            op = _kernel_op(node, policy, device_type, policy.lp16_mode(node["op"], device_type))
             changed = changed or op != node["op"]
             node["op"] = op
     if not changed:

@@ -9,7 +9,7 @@ machine (a minute or two; AVX-512 CPUs only) and gives a verdict: whether the re
 import textwrap
 
 from . import advice, cpu, lists
-from .policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support
+from .policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support, plans_native
 
 __all__ = ["add_arguments", "run", "format_report", "probe_verdict"]
 
@@ -38,11 +38,15 @@ def _cpu_line():
 def _class_lines():
     """What bfloat16 costs or gains on this CPU class (measured figures), and its float16 hardware."""
     klass = cpu.cpu_class()
-    lines = ["bfloat16 on this CPU class: %s; measured: %s" % (
-        klass.bf16, advice.ratio_summary(klass.name) or "not yet on this class (bench/bench_inference.py --record)")]
-    emulated = advice.ratio_summary(klass.name, "emulate")
-    if emulated and klass.name not in advice.FAST_BF16_CLASSES:
-        lines.append("    with emulate=True: %s" % emulated)
+    plan, why = lists.cpu_class_plan("bfloat16", klass.name)
+    lines = ["bfloat16 on this CPU class: %s; the default plan: %s (%s); measured: %s" % (
+        klass.bf16, plan, why, advice.ratio_summary(klass.name) or
+        "not yet on this class (bench/bench_inference.py --record)")]
+    if klass.name != "a":
+        other = "emulated" if plan == "native" else "native"
+        measured = advice.ratio_summary(klass.name, other)
+        if measured:
+            lines.append("    with emulate=%s (%s): %s" % (other == "emulated", other, measured))
     fp16 = [f for f in ("avx512_fp16", "amx_fp16") if f in cpu.flags()]
     lines.append("float16 hardware on this CPU: %s (MXNet 1.9.1 has no CPU float16 kernels: float16 is emulated)"
                  % (", ".join(fp16) or "none"))
@@ -76,22 +80,27 @@ def format_report(dtypes=lists.DTYPES):
         policy = make_policy(dtype)
         lp16 = [op for op in lists.list_lp16_ops(dtype) if op in lists.registered_forward_ops()]
         for device in _devices():
-            native = native_support(dtype, device)
-            slow = native and device == "cpu" and cpu.cpu_class().name not in advice.FAST_BF16_CLASSES
-            lines.append("%s on %s: %s" % (dtype, device.upper(), (
-                "native kernels, but without bf16 arithmetic (slower than float32 here, see above)" if slow
-                else "native kernels") if native else "emulated (float32 kernels on values rounded to %s)" % dtype))
+            native, planned = native_support(dtype, device), plans_native(dtype, device)
+            lines.append("%s on %s: %s" % (dtype, device.upper(), "native kernels" if planned else (
+                "emulated by default: MXNet's kernels exist but have no bf16 arithmetic here, and float32 kernels "
+                "on rounded values ran faster (emulate=False runs them)" if native else
+                "emulated (float32 kernels on values rounded to %s)" % dtype)))
             modes = {mode: [op for op in lp16 if policy.lp16_mode(op, device) == mode]
                      for mode in (NATIVE, FLOAT32, EMULATED)}
-            lines += _wrap("low precision ops with a native kernel", modes[NATIVE])
-            routed = ["%s -> %s" % (op, policy.library_kernel(op, device)) for op in modes[NATIVE]
-                      if policy.library_kernel(op, device)]
-            if routed:
-                lines += _wrap("of which on this project's oneDNN 3 kernels (%s)" % _onednn_info(), routed)
-            if native:
+            if planned:
+                lines += _wrap("low precision ops with a native kernel", modes[NATIVE])
+                routed = ["%s -> %s" % (op, policy.library_kernel(op, device)) for op in modes[NATIVE]
+                          if policy.library_kernel(op, device)]
+                if routed:
+                    lines += _wrap("of which on this project's oneDNN 3 kernels (%s)" % _onednn_info(), routed)
                 lines += _wrap("low precision ops in float32 here (no %s kernel)" % dtype, modes[FLOAT32])
             else:
                 lines.append("    every low precision op is emulated (%d)" % len(modes[EMULATED]))
+                routed = ["%s -> %s" % (op, policy.emulation_kernel(op, device)) for op in modes[EMULATED]
+                          if policy.emulation_kernel(op, device)]
+                if routed:
+                    lines += _wrap("of which on this project's oneDNN 3 float32 kernels (%s)" % _onednn_info(),
+                                   routed)
         if dtype == "bfloat16":
             bad = sorted({op for run in lists.native_evidence()["runs"] for op, row in run["ops"].items()
                           if row["verdict"] in lists.BAD_VERDICTS})

@@ -74,11 +74,14 @@ def _how_it_runs_here(op, dtype):
 def _library_here(op, dtype, device_type):
     """Whether ``op`` runs on this project's library kernel here under default settings, and why not."""
     from . import _ext
-    from .policy import make_policy, native_support
-    if make_policy(dtype).library_kernel(op, device_type):
+    from .policy import make_policy, plans_native
+    policy = make_policy(dtype)
+    if policy.library_kernel(op, device_type):
         return "used here: %s; kernels='mxnet' keeps MXNet's" % _ext.onednn()[1]
-    if not native_support(dtype, device_type):
-        return "not used here: this device does not run %s natively" % dtype
+    if not plans_native(dtype, device_type):
+        return ("used here in float32 (%s is emulated on this device): %s" % (dtype, _ext.onednn()[1])
+                if policy.emulation_kernel(op, device_type) else
+                "not used here: this device emulates %s" % dtype)
     return "not used here: %s" % _ext.onednn()[1]
 
 

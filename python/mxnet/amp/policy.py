@@ -15,7 +15,7 @@ import numpy as np
 from . import cpu, lists
 
 __all__ = ["Policy", "make_policy", "KERNELS", "BFLOAT16", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
-           "EMULATED", "FLOAT32", "native_support"]
+           "EMULATED", "FLOAT32", "native_support", "plans_native"]
 
 #: MXNet's own bfloat16 dtype object (what ``NDArray.dtype`` reports for bf16 arrays).
 BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
@@ -167,11 +167,12 @@ class Policy:
             ``FLOAT32``: the device runs the dtype natively, but MXNet 1.9.1 has no kernel for this op
             there (``batch_dot`` on AVX-512 CPUs, say): plain float32, since rounding would cost time and
             add error without buying speed. ``emulate=True`` makes every op ``EMULATED``,
-            ``emulate=False`` every op ``NATIVE``.
+            ``emulate=False`` every op ``NATIVE``; the default follows :func:`plans_native` (on CPUs, the
+            plan of the CPU class: ``lists.cpu_class_plan``).
         """
         if self.emulate is not None:
             return EMULATED if self.emulate else NATIVE
-        if not native_support(self.target_dtype, device_type):
+        if not plans_native(self.target_dtype, device_type):
             return EMULATED
         if op in lists.native_lp16_ops(self.target_dtype, device_type) or self.library_kernel(op, device_type):
             return NATIVE
@@ -188,21 +189,21 @@ class Policy:
         """
         name = lists.library_kernels(self.target_dtype, device_type).get(op)
         if (name is None or self.kernels != "auto" or self.emulate is True
-                or not native_support(self.target_dtype, device_type)):
+                or (self.emulate is None and not plans_native(self.target_dtype, device_type))):
             return None
         return name if _onednn_loaded() and _library_takes(self.target_dtype) else None
 
     def native_substitute(self, op, device_type):
         """``(op, attributes)`` replacing dtype-neutral ``op`` on low precision inputs on ``device_type``
         (``lists.native_substitutes``) where the graph runs natively there, or None."""
-        native = self.emulate is False or (self.emulate is None and native_support(self.target_dtype, device_type))
+        native = self.emulate is False or (self.emulate is None and plans_native(self.target_dtype, device_type))
         return lists.native_substitutes(self.target_dtype, device_type).get(op) if native else None
 
     def neutral_in_float32(self, op, device_type):
         """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``
         (``lists.float32_kernels``: its low precision kernel is slower) where the graph runs natively there:
         ``emulate=False``, or the default where the device runs the target dtype natively."""
-        native = self.emulate is False or (self.emulate is None and native_support(self.target_dtype, device_type))
+        native = self.emulate is False or (self.emulate is None and plans_native(self.target_dtype, device_type))
         return op in lists.float32_kernels(self.target_dtype, device_type) and native
 
     def emulation_kernel(self, op, device_type):
@@ -378,3 +379,18 @@ def native_support(dtype, device_type):
     if dtype == "float16":
         return False
     return forced == "0" or cpu.AVX512_CORE <= cpu.flags()
+
+
+def plans_native(dtype, device_type):
+    """Whether the default plan (``emulate=None``) runs ``dtype`` natively on ``device_type``.
+
+    Where MXNet has the kernels (:func:`native_support`): always on GPUs; on CPUs where the plan of the CPU
+    class says so (:func:`mxnet.amp.lists.cpu_class_plan`: bfloat16 on classes (c) and (d), emulated on class
+    (b), whose bf16 kernels are slower than float32 kernels on rounded values). ``MXNET_AMP_EMULATE=0`` plans
+    native on any CPU.
+    """
+    if not native_support(dtype, device_type):
+        return False
+    if device_type != "cpu" or os.environ.get("MXNET_AMP_EMULATE") == "0":
+        return True
+    return lists.cpu_class_plan(dtype, cpu.cpu_class().name)[0] == NATIVE

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from mxnet import amp, autograd, gluon
 
-from mxnet.amp import advice, autocast, cpu
+from mxnet.amp import advice, autocast, cpu, lists
 from mxnet.amp import convert as C
-from mxnet.amp.policy import EMULATED, NATIVE, make_policy
+from mxnet.amp.policy import EMULATED, FLOAT32, NATIVE, make_policy
 
 from amp_testing import CPUS, cpuinfo_of_class, hardware_report_of_class
 
@@ -77,10 +77,12 @@ def test_bfloat16_warns_once_on_slow_classes_only(on_class, cls):
                                                                                          klass.bf16))
     assert "target_dtype='auto'" in text
     assert "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)" in text
-    assert ("emulate=True" in text) == (cls == "b")  # on (a) everything is emulated already
+    assert "AMP's default plan emulates it (float32 kernels on bf16-rounded values, bf16 numerics)" in text
+    assert ("emulate=False" in text) == (cls == "b")  # class (a) has no bf16 kernels to choose
+    assert "emulate=True" not in text  # what the default does already
     if cls == "b":  # the measured figures of cpu_ratios.json, quoted with their date and CPU
-        assert "0.45–0.76× float32" in text and "2026-12-04" in text and "Ice Lake" in text
-        assert "emulate=True (bfloat16 numerics on float32 kernels: measured 0.56–1.17× float32" in text
+        assert "measured 0.56–1.17× float32" in text and "2026-12-04" in text and "Ice Lake" in text
+        assert "emulate=False (oneDNN's bfloat16 kernels: measured 0.45–0.76× float32" in text
 
 
 def test_the_warning_can_be_silenced_with_a_filter(on_class):
@@ -100,9 +102,13 @@ def test_amp_init_warns_and_plans_per_class(on_class, cls):
         amp.init("bfloat16")
     assert len(_slow_warnings(record)) == (cls in ("a", "b"))
     policy = amp.current_policy()
-    # the plan: emulated on (a); oneDNN's bf16 kernels on (b), (c), (d); emulate=True asked for stays emulated
-    assert policy.lp16_mode("Convolution", "cpu") == (EMULATED if cls == "a" else NATIVE)
+    # the plan: emulated on (a) and (b), bf16 kernels on (c) and (d); what the user asks for stays
+    want = EMULATED if cls in ("a", "b") else NATIVE
+    assert [policy.lp16_mode(op, "cpu") for op in ("Convolution", "FullyConnected")] == [want] * 2
+    # batch_dot: emulated, or on (c) and (d) the library's bf16 kernel (float32 where its oneDNN cannot run bf16)
+    assert policy.lp16_mode("batch_dot", "cpu") in ((EMULATED,) if want == EMULATED else (NATIVE, FLOAT32))
     assert make_policy("bfloat16", emulate=True).lp16_mode("Convolution", "cpu") == EMULATED
+    assert make_policy("bfloat16", emulate=False).lp16_mode("Convolution", "cpu") == NATIVE
     amp.reset()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -194,19 +200,66 @@ def test_the_ratios_file_is_plain_versioned_data():
     keys = {"workload", "variant", "ratio", "date", "cpu", "command", "source"}
     for rows in data["classes"].values():
         for row in rows:
-            assert set(row) == keys and row["variant"] in ("default", "emulate"), row
+            assert set(row) == keys and row["variant"] in ("native", "emulated"), row
             low, high = row["ratio"]
             assert 0 < low <= high
-    assert advice.ratio_summary("b").startswith("0.45–0.76× float32 (")
-    assert advice.ratio_summary("d", "emulate") is None
+    assert not any(r["variant"] == "native" for r in data["classes"]["a"])  # no bf16 kernels there
+    assert advice.ratio_summary("b").startswith("0.56–1.17× float32 (")  # the default plan: emulated
+    assert advice.ratio_summary("b", "native").startswith("0.45–0.76× float32 (")
+    assert advice.ratio_summary("d", "emulated") is None
 
 
 @pytest.mark.parametrize("cls", ["b", "d"])
 def test_hardware_report_says_what_bfloat16_does_here(tmp_path, cls):
     text = hardware_report_of_class(tmp_path, cls)
     klass = next(c for c in cpu.CLASSES if c.name == cls)
-    assert "bfloat16 on this CPU class: %s; measured: %s" % (klass.bf16, advice.ratio_summary(cls)) in text
-    slow_line = "bfloat16 on CPU: native kernels, but without bf16 arithmetic (slower than float32 here"
-    assert (slow_line in text) == (cls == "b")
-    assert ("with emulate=True: 0.56–1.17× float32" in text) == (cls == "b")
+    plan, why = lists.cpu_class_plan("bfloat16", cls)
+    assert ("bfloat16 on this CPU class: %s; the default plan: %s (%s); measured: %s"
+            % (klass.bf16, plan, why, advice.ratio_summary(cls))) in text
+    assert ("bfloat16 on CPU: emulated by default: MXNet's kernels exist but have no bf16 arithmetic here"
+            in text) == (cls == "b")
+    assert ("bfloat16 on CPU: native kernels" in text) == (cls == "d")
+    assert ("with emulate=False (native): 0.45–0.76× float32" in text) == (cls == "b")
     assert ("float16 hardware on this CPU: avx512_fp16" in text) == (cls == "d")
+
+
+def _conv_fc_symbol():
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, pad=(1, 1), name="conv")
+    fc = mx.sym.FullyConnected(mx.sym.relu(conv), num_hidden=3, name="fc")
+    params = {"conv_weight": mx.nd.ones((4, 2, 3, 3)), "conv_bias": mx.nd.zeros(4),
+              "fc_weight": mx.nd.ones((3, 4 * 5 * 5)), "fc_bias": mx.nd.zeros(3)}
+    return fc, params
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_the_plan_chosen_per_class_in_a_converted_graph(on_class, cls, monkeypatch):
+    """The default plan of each class in the graph the conversion builds (rewriting only: no kernel runs)."""
+    on_class(cls)
+    sym, params = _conv_fc_symbol()
+    want = lists.cpu_class_plan("bfloat16", cls)[0]
+    assert want == ("emulated" if cls in ("a", "b") else "native")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = C.convert(sym, params, {}, "bfloat16", fuse=False, kernels="mxnet")
+        forced = C.convert(sym, params, {}, "bfloat16", fuse=False, kernels="mxnet", emulate=cls in ("c", "d"))
+        monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # the override plans native on any CPU
+        override = C.convert(sym, params, {}, "bfloat16", fuse=False, kernels="mxnet")
+    modes = dict(out.summary.lp16_modes)
+    assert modes == {want: 2}, modes
+    ops = [n["op"] for n in json.loads(out.symbol.tojson())["nodes"]]
+    assert ("amp_round" in ops) == (want == "emulated")  # emulation rounds around float32 kernels
+    other = "native" if want == "emulated" else "emulated"
+    assert dict(forced.summary.lp16_modes) == {other: 2}  # emulate= decides, whatever the class
+    assert dict(override.summary.lp16_modes) == {"native": 2}
+
+
+def test_the_plans_are_data_with_reasons():
+    for dtype in lists.DTYPES:
+        for klass in cpu.CLASSES:
+            mode, why = lists.cpu_class_plan(dtype, klass.name)
+            assert mode in (NATIVE, EMULATED) and len(why) > 20
+    assert {c.name for c in cpu.CLASSES if lists.cpu_class_plan("float16", c.name)[0] == NATIVE} == set()
+    assert "1.17x" in lists.cpu_class_plan("bfloat16", "b")[1]
+    with pytest.raises(ValueError, match=r"Unknown CPU class 'e': expected one of 'a', 'b', 'c', 'd'"):
+        lists.cpu_class_plan("bfloat16", "e")

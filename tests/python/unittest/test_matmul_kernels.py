@@ -266,12 +266,30 @@ def test_native_devices_route_matmuls_to_the_library(monkeypatch):
         assert not graph.rewrite_symbol(_attention_symbol(), policy, "cpu")[1].kernels
 
 
-def test_emulating_devices_keep_mxnet_kernels(monkeypatch):
+@requires_onednn3
+def test_emulating_devices_run_the_library_float32_kernels(monkeypatch):
+    """Emulation runs the products on the library's float32 kernels (faster than MXNet's float32 ones), on
+    bf16-rounded operands: the values of a NumPy float64 reference on the same rounded operands."""
     monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
     policy = make_policy("bfloat16")
-    assert policy.library_kernel("FullyConnected", "cpu") is None
-    low, stats = graph.rewrite_symbol(_attention_symbol(), policy, "cpu")
-    assert not set(_ops(low)) & set(_ext.ONEDNN_OPS) and not stats.kernels
+    assert policy.library_kernel("FullyConnected", "cpu") is None  # no bfloat16 kernels
+    assert policy.emulation_kernel("FullyConnected", "cpu") == "amp_fully_connected"
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=8, flatten=False, name="q")
+    low, stats = graph.rewrite_symbol(sym, policy, "cpu")
+    assert dict(stats.kernels) == {"amp_fully_connected": 1} and dict(stats.lp16_modes) == {"emulated": 1}
+    mxnet_low, mxnet_stats = graph.rewrite_symbol(sym, make_policy("bfloat16", kernels="mxnet"), "cpu")
+    assert not set(_ops(mxnet_low)) & set(_ext.ONEDNN_OPS) and not mxnet_stats.kernels
+    rng = np.random.RandomState(3)
+    x, w, b = rng.uniform(-1, 1, (2, 3, 40)), rng.uniform(-1, 1, (8, 40)), rng.uniform(-1, 1, 8)
+    feed = {"data": mx.nd.array(x), "q_weight": mx.nd.array(w), "q_bias": mx.nd.array(b)}
+    got = low.bind(mx.cpu(), feed).forward()[0]
+    assert got.dtype == np.float32
+    ref = bf16_round(bf16_round(x).astype(np.float64) @ bf16_round(w).astype(np.float64).T
+                     + bf16_round(b).astype(np.float64))
+    np.testing.assert_allclose(got.asnumpy(), ref, rtol=1e-2, atol=1e-6)  # bf16 rounding of the output
+    assert np.array_equal(got.asnumpy(), bf16_round(got.asnumpy()))  # the output rounded, as emulation does
+    theirs = mxnet_low.bind(mx.cpu(), feed).forward()[0].asnumpy()
+    assert np.abs(got.asnumpy() - theirs).max() <= 2 ** -7 * np.abs(theirs).max()  # one bf16 ulp at most
 
 
 @requires_onednn3
@@ -332,8 +350,11 @@ def test_lists_cli_shows_the_library_kernel():
     out = subprocess.run([sys.executable, "-m", "mxnet.amp", "lists", "--op", "batch_dot", "--dtype", "bfloat16"],
                          capture_output=True, text=True, check=True).stdout
     assert "library kernel on CPU: amp_batch_dot" in out
-    routed = make_policy("bfloat16").library_kernel("batch_dot", "cpu")  # the child sees this environment
-    assert (("used here: " + ONEDNN_INFO) if routed else "not used here: ") in out
+    policy = make_policy("bfloat16")  # the child sees this environment
+    routed, emulating = policy.library_kernel("batch_dot", "cpu"), policy.emulation_kernel("batch_dot", "cpu")
+    assert (("used here: " + ONEDNN_INFO) if routed else
+            ("used here in float32 (bfloat16 is emulated on this device): " + ONEDNN_INFO) if emulating else
+            "not used here: ") in out
 
 
 def _dense_net():

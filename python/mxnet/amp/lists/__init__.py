@@ -41,7 +41,7 @@ from .groups import GPU_BUILD_ONLY, PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
+           "emulation_kernels", "float32_kernels", "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
            "native_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
@@ -139,6 +139,7 @@ class _Table:
                                                    for dev, ops in module.EMULATION_KERNELS.items()})
         self.native_substitutes = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                     for dev, ops in module.NATIVE_SUBSTITUTES.items()})
+        self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
 
 
 _TABLES = {}
@@ -386,6 +387,22 @@ def native_substitutes(dtype, device_type):
         For an unknown dtype or device type.
     """
     return _for_device(_table(dtype).native_substitutes, device_type)
+
+
+def cpu_class_plan(dtype, class_name):
+    """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
+    ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
+    kernels on rounded values), and the measurements that chose it.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or CPU class.
+    """
+    plans = _table(dtype).cpu_class_plans
+    if class_name not in plans:
+        raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, plans))))
+    return plans[class_name]
 
 
 def is_library_kernel(op):

@@ -74,12 +74,34 @@ LIBRARY_KERNELS = {
     "gpu": {},
 }
 
-# MXNet op -> the library kernel that runs it where it is emulated (float32 on rounded values), per device type:
-# MXNet 1.9.1's oneDNN Deconvolution backward aborts the process when its weight is a computed tensor (plain
-# float32 reproduces it: w = w0 * 1.0), and an emulated op's rounded weight is one. The library's float32
-# kernel computes the same values without the crash.
+# The default plan (emulate=None) on each CPU class of mxnet.amp.cpu: how its low precision ops run, and the
+# measurements that chose it. "native": bfloat16 operands into bfloat16 kernels (MXNet's, or the library's
+# where LIBRARY_KERNELS maps the op); "emulated": float32 kernels on bf16-rounded values (the library's float32
+# kernels where EMULATION_KERNELS maps the op): bf16 numerics either way. On class (b) oneDNN's bf16 kernels
+# convert to float32 in registers, so the operands shrink but the arithmetic gets no faster, and every op
+# measured ran faster emulated (Ice Lake-class Xeon, 2026-12-04, ../shared/cpu_classes/README.md).
+CPU_CLASS_PLANS = {
+    "a": ("emulated", "no AVX-512: MXNet has no bfloat16 kernels on this CPU"),
+    "b": ("emulated", "no bf16 arithmetic: on the Ice Lake-class Xeon (2026-12-04) the transformer block ran "
+                      "1.17x float32 emulated against 0.55-0.76x on oneDNN's bf16 kernels, ResNet-50 inference "
+                      "0.56x against 0.45-0.56x"),
+    "c": ("native", "AVX512-BF16 dot products: ResNet-50 inference 1.8x float32 on MXNet's bf16 kernels (Zen 5, "
+                    "2026-12-03)"),
+    "d": ("native", "AMX tiles: ResNet-50 inference 3.13x and the transformer block 4.16x float32 on the "
+                    "library's oneDNN 3 kernels (Sapphire Rapids class, 2026-12-03)"),
+}
+
+# MXNet op -> the library kernel that runs it where it is emulated (float32 on rounded values), per device type.
+# The library's oneDNN 3.2 float32 products and convolutions are faster than MXNet 1.9.1's float32 oneDNN 2.4
+# ones (MXNet's float32 batch_dot runs at 22-31 GFLOP/s). Converted inference, 2026-12-04, AMD EPYC (class a,
+# AVX2), against MXNet float32 in one process: transformer block 16x128x512 0.94x with MXNet's kernels, 1.64x
+# with these (FullyConnected alone: 1.57x); ResNet-50 batch 16 0.71x against 0.82-0.96x (bench_inference.py).
+# On the Ice Lake-class Xeon (class b), emulation on the library's float32 products ran the transformer block
+# 1.17x float32 (../shared/cpu_classes/README.md). And MXNet 1.9.1's oneDNN Deconvolution backward aborts the
+# process when its weight is a computed tensor (plain float32 reproduces it: w = w0 * 1.0), and an emulated
+# op's rounded weight is one; the library's kernel computes the same values without the crash.
 EMULATION_KERNELS = {
-    "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
+    "cpu": dict(LIBRARY_KERNELS["cpu"]),
     "gpu": {},
 }
 

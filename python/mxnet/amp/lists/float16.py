@@ -60,7 +60,14 @@ FLOAT32_KERNELS = {"cpu": (), "gpu": ()}
 # Faster equivalents of dtype-neutral ops (see bfloat16.NATIVE_SUBSTITUTES): none for float16.
 NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
 
-# Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why.
+# The default plan per CPU class (see bfloat16.CPU_CLASS_PLANS): float16 is emulated on every CPU, since MXNet
+# 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 (Sapphire Rapids, Granite Rapids) included.
+CPU_CLASS_PLANS = {name: ("emulated", "MXNet 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 "
+                                      "included") for name in "abcd"}
+
+# Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why. Only the
+# crash is routed around here: the library's kernels are float32 ops in this list (PROJECT_MATMUL), so a
+# float16 graph holding them would no longer round around them.
 EMULATION_KERNELS = {
     "cpu": {"Deconvolution": "amp_deconvolution", "_npx_deconvolution": "amp_deconvolution"},
     "gpu": {},
