@@ -12,8 +12,11 @@ p99/p50, throughput (tokens per second), the cost of the first request at a new 
 median of the later requests of that length), peak RSS (VmHWM), steady-state RSS (at the end), RSS growth over
 the second half of the requests, and the library's oneDNN 3 cache entries (``_ext.onednn_cache``).
 
+``--env KEY=VALUE`` (repeatable) sets an environment variable in every child: how the service settings of
+docs/inference.md were measured, for float32 and AMP alike (``--env MXNET_MKLDNN_CACHE_NUM=64``, say).
+
 Usage: python bench/bench_serving.py [--layers 2] [--requests 48] [--distinct 16] [--batches 1,8]
-       [--workers 1,2] [--variants fp32,contrib,ours]
+       [--workers 1,2] [--variants fp32,contrib,ours] [--env KEY=VALUE ...]
 """
 import argparse
 import json
@@ -93,7 +96,7 @@ def serve(variant, batch, layers, mix):
 def run_child(variant, batch, workers, args, timeout=3600):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, str(batch), "--layers", str(args.layers),
            "--requests", str(args.requests), "--distinct", str(args.distinct)]
-    env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers))
+    env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers), **dict(kv.split("=", 1) for kv in args.env))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -113,16 +116,22 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable for every child (repeatable)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    bad = [kv for kv in args.env if "=" not in kv or not kv.split("=", 1)[0]]
+    if bad:
+        parser.error("--env takes KEY=VALUE, got %s" % ", ".join(map(repr, bad)))
     mix = lengths(args.requests, args.distinct)
     if args.child:
         print(json.dumps(serve(args.child[0], int(args.child[1]), args.layers, mix)))
         return 0
     from timing import cpu_banner
     cpu_banner()
-    print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0"
-          % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix))))
+    print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0%s"
+          % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix)),
+             "; environment: " + " ".join(args.env) if args.env else ""))
     header = ("variant", "batch", "workers", "p50 ms", "p99 ms", "p99/p50", "tokens/s", "vs fp32", "1st req",
               "peak MB", "steady MB", "2nd-half growth", "cache entries")
     print(" | ".join(header))

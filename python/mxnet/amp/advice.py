@@ -38,7 +38,7 @@ _WARNED = set()  # what warn_if_slow has warned about in this process
 
 
 class SlowBfloat16Warning(UserWarning):
-    """bfloat16 was targeted on a CPU class where it runs slower than float32."""
+    """bfloat16 was targeted on a CPU class without bf16 arithmetic ((a) or (b)): no speed from bfloat16 there."""
 
 
 @functools.lru_cache(maxsize=None)

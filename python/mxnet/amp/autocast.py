@@ -101,8 +101,8 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         The low precision type. ``'auto'`` chooses for this machine (:mod:`mxnet.amp.advice`): float16 where
         MXNet sees CUDA GPUs, bfloat16 on CPUs with bf16 arithmetic (classes (c) and (d)), elsewhere none: the
         model stays float32, one info line says why, and ``init_trainer``, ``scale_loss`` and checkpoints keep
-        working. bfloat16 given explicitly on a CPU where it is slower than float32 warns once per process
-        (:class:`mxnet.amp.SlowBfloat16Warning`).
+        working. bfloat16 given explicitly on a CPU without bf16 arithmetic (classes (a) and (b)) warns once
+        per process (:class:`mxnet.amp.SlowBfloat16Warning`).
     target_precision_ops : list of str, optional
         Replaces the built-in list of ops that run in ``target_dtype``, as in ``mxnet.contrib.amp``: ops of
         the built-in list missing from it follow their inputs (low precision when one arrives in low precision).

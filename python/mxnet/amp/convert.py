@@ -259,7 +259,7 @@ def _emulation_warning(dtype, device_type):
     return ("convert: MXNet has no %s kernels on this %s (oneDNN needs AVX-512 for bfloat16 on CPU; MXNet 1.9.1 "
             "has no fast CPU float16 and no GPU bfloat16 kernels; MXNET_AMP_EMULATE overrides the detection), so "
             "the converted model emulates its low precision ops: float32 kernels on values rounded to %s: %s "
-            "numerics, slower than float32. Pass emulate=False to build the native graph for a machine that "
+            "numerics, no low precision arithmetic. Pass emulate=False to build the native graph for a machine that "
             "has the kernels, or emulate=True to silence this warning." % (dtype, device_type.upper(), dtype,
                                                                             dtype))
 
