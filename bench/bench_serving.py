@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -94,18 +93,11 @@ def serve(variant, batch, layers, mix):
 
 
 def run_child(variant, batch, workers, args, timeout=3600):
+    from timing import child_json
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, str(batch), "--layers", str(args.layers),
            "--requests", str(args.requests), "--distinct", str(args.distinct)]
     env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers), **dict(kv.split("=", 1) for kv in args.env))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after %d s" % timeout}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    return {"error": "failed (exit %d): %s" % (proc.returncode, (lines[-1] if lines else "")[:140])}
+    return child_json(cmd, timeout, env)
 
 
 def main(argv=None):

@@ -15,7 +15,6 @@ Usage: python bench/bench_zoo.py [--models a,b] [--repeat 3] [--bn-stats random|
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -109,17 +108,9 @@ def _best(func, repeat):
 
 
 def run_child(name, converter, repeat, timeout, bn_stats):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, converter, "--repeat", str(repeat),
-           "--bn-stats", bn_stats]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after %d s" % timeout}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "activated" not in ln]
-    return {"error": "exit %d: %s" % (proc.returncode, (lines[-1] if lines else "")[:120])}
+    from timing import child_json
+    return child_json([sys.executable, os.path.abspath(__file__), "--child", name, converter, "--repeat", str(repeat),
+                       "--bn-stats", bn_stats], timeout)
 
 
 def main(argv=None):

@@ -87,3 +87,18 @@ def print_gflops(title, rows, first, baselines=("mxnet fp32",)):
     if len(rows) > 1 and all(c in cols for _, cols in rows for c in names):
         print("%-28s | %s" % ("harmonic mean", " | ".join(
             "%15.1f" % (len(rows) / sum(1.0 / cols[c] for _, cols in rows)) for c in names)))
+
+
+def child_json(cmd, timeout, env=None):
+    """Run a benchmark's child process; return the JSON object it printed last, or ``{'error': why}``."""
+    import json
+    import subprocess
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after %d s" % timeout}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "activated" not in ln]
+    return {"error": "failed (exit %d): %s" % (proc.returncode, (lines[-1] if lines else "")[:140])}

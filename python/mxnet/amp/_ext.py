@@ -219,8 +219,9 @@ def onednn_cache():
 
 
 def onednn_threads():
-    """The OpenMP team of each oneDNN 3 call: ``MXNET_AMP_ONEDNN_THREADS``, else ``OMP_NUM_THREADS``, else the
-    cores divided among MXNet's CPU engine workers (``MXNET_CPU_WORKER_NTHREADS``); None without oneDNN 3."""
+    """The OpenMP team of a oneDNN 3 call that runs alone: ``MXNET_AMP_ONEDNN_THREADS``, else
+    ``OMP_NUM_THREADS``, else every core; None without oneDNN 3. Without those two variables, calls that run at
+    once (``MXNET_CPU_WORKER_NTHREADS`` engine workers) divide the cores among them."""
     lib = _onednn_library()
     return None if lib is None else int(lib.mxnet_amp_onednn_team_threads())
 

@@ -5,9 +5,10 @@
  *
  * Threads: oneDNN sizes its parallel regions by omp_get_max_threads() of the calling thread, which is 1 in
  * MXNet's engine threads unless OMP_NUM_THREADS is set (MXNet's own kernels ask for their team explicitly).
- * Each call runs (and its primitive is created) with the team MXNet's kernels use, restored afterwards:
- * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else the cores divided among MXNet's CPU engine
- * workers (MXNET_CPU_WORKER_NTHREADS, default 1: one op at a time, with every core).
+ * Each call runs (and its primitive is created) with a team set for it, restored afterwards:
+ * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else the cores divided among the library calls
+ * running when it starts (MXNET_CPU_WORKER_NTHREADS engine workers may run several at once): busy workers share
+ * the cores, and a worker alone gets them all. The team size is part of each cached primitive's key.
  *
  * Primitives are cached per problem (the call's description without its data pointers): a model runs the
  * same few shapes over and over, and creating a primitive costs far more than running a small one. Each kind
@@ -72,21 +73,37 @@ inline int env_threads(const char* name) {
 }
 
 /*!
- * \brief The OpenMP team of one call: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else the cores divided
- *        among MXNet's CPU engine workers (MXNET_CPU_WORKER_NTHREADS, default 1), at least 1: N workers
- *        running library ops at once then use the cores once, not N times over.
+ * \brief The cores the library's calls share: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else every core.
  */
-inline int team_threads() {
+inline int total_threads() {
   static const int threads = [] {
     const int own = env_threads("MXNET_AMP_ONEDNN_THREADS");
     const int omp = env_threads("OMP_NUM_THREADS");
-    const int workers = std::max(1, env_threads("MXNET_CPU_WORKER_NTHREADS"));
-    return own > 0 ? own : omp > 0 ? omp : std::max(1, omp_get_num_procs() / workers);
+    return own > 0 ? own : omp > 0 ? omp : std::max(1, omp_get_num_procs());
   }();
   return threads;
 }
 
-/*! \brief Sets this thread's OpenMP team size for one call; restores it on scope exit. */
+/*! \brief Whether the team size was fixed by MXNET_AMP_ONEDNN_THREADS or OMP_NUM_THREADS (never divided). */
+inline bool fixed_team() {
+  static const bool fixed = env_threads("MXNET_AMP_ONEDNN_THREADS") > 0 || env_threads("OMP_NUM_THREADS") > 0;
+  return fixed;
+}
+
+/*! \brief The library calls running now, in all of MXNet's engine workers. */
+inline std::atomic<int>& running_calls() {
+  static std::atomic<int> running{0};
+  return running;
+}
+
+/*!
+ * \brief The OpenMP team of a call starting now: total_threads(), divided among the calls running (this one
+ *        included) unless the team was fixed, at least 1.
+ */
+inline int team_threads(int running) {
+  return fixed_team() ? total_threads() : std::max(1, total_threads() / std::max(1, running));
+}
+
 class TeamSize {
  public:
   explicit TeamSize(int threads) : saved_(omp_get_max_threads()), set_(threads != saved_) {
@@ -101,6 +118,22 @@ class TeamSize {
  private:
   int saved_;
   bool set_;
+};
+
+/*!
+ * \brief One library call, counted in running_calls() while it lives, with its OpenMP team set (before its
+ *        primitive is created or looked up: oneDNN splits work by the team size it is created with).
+ */
+class CallTeam {
+ public:
+  CallTeam() : running_(++running_calls()), team_(team_threads(running_)) {}
+  ~CallTeam() { --running_calls(); }
+  CallTeam(const CallTeam&) = delete;
+  CallTeam& operator=(const CallTeam&) = delete;
+
+ private:
+  int running_;
+  TeamSize team_;
 };
 
 /*! \brief Counters of the primitive caches and scratch buffers (all kinds, all threads). */
@@ -127,7 +160,7 @@ inline size_t cache_capacity() {
  *        least-recently-used cache of cache_capacity() entries per Entry type.
  */
 template <typename Entry>
-std::shared_ptr<const Entry> cached(const std::string& key, const std::function<std::shared_ptr<Entry>()>& make) {
+std::shared_ptr<const Entry> cached(const std::string& problem, const std::function<std::shared_ptr<Entry>()>& make) {
   using Order = std::list<std::string>;
   struct Slot {
     std::shared_ptr<const Entry> value;
@@ -137,6 +170,8 @@ std::shared_ptr<const Entry> cached(const std::string& key, const std::function<
   static Order order;  // most recently used first
   static std::unordered_map<std::string, Slot> cache;
   CacheCounters& counters = cache_counters();
+  // A primitive is built for the calling thread's team size (CallTeam): another team needs another one.
+  const std::string key = std::to_string(omp_get_max_threads()) + "|" + problem;
   {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);

@@ -184,7 +184,7 @@ void pointers(const AmpConv& c, int arg, const void** read, void** write) {
 }
 
 void run(const AmpConv& c) {
-  const TeamSize team(team_threads());  // before creating the primitive: it splits work by the team size
+  const CallTeam team;  // before creating the primitive: it splits work by the team size
   if (conv_gemm_eligible(c)) return conv_gemm_run(c);
   const auto entry = cached<Cached>(conv_key(c), [&c] { return create(c); });
   auto& engine = cpu_engine();

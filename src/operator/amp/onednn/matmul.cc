@@ -71,7 +71,7 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
 }
 
 void run(const AmpMatmul& m) {
-  const TeamSize team(team_threads());  // before creating the primitive: it splits work by the team size
+  const CallTeam team;  // before creating the primitive: it splits work by the team size
   const auto entry = cached<Cached>(problem_key(m), [&m] { return create(m); });
   auto& engine = cpu_engine();
   std::unordered_map<int, memory> args = {
@@ -132,9 +132,9 @@ extern "C" __attribute__((visibility("default"))) void mxnet_amp_onednn_cache_st
   out[5] = static_cast<int64_t>(mxnet_amp_onednn::cache_capacity());
 }
 
-/*! \brief The OpenMP team size of each call (see team_threads in common.h). */
+/*! \brief The OpenMP team of a call that starts while no other library call runs (see CallTeam in common.h). */
 extern "C" __attribute__((visibility("default"))) int mxnet_amp_onednn_team_threads() {
-  return mxnet_amp_onednn::team_threads();
+  return mxnet_amp_onednn::team_threads(1);
 }
 
 extern "C" __attribute__((visibility("default"))) const char* mxnet_amp_onednn_info() {
