@@ -4,6 +4,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
+import pytest
 
 from mxnet.amp.doctor import diagnose, diagnose_block
 
@@ -177,3 +178,19 @@ def test_sync_batchnorm_model():
     assert "_contrib_SyncBatchNorm" in net(mx.sym.var("data")).tojson()
     report = diagnose_block(net, x, "float16")
     assert [(f.op, f.kind) for f in report.findings] == [("Convolution", "overflow")]
+
+
+def test_library_kernels_are_reported_as_the_mxnet_ops_they_replace():
+    # 3.4e38 is finite in float32 but past bfloat16's largest value (3.3895e38): rounding it gives inf
+    from mxnet import amp
+    net = mx.gluon.nn.Dense(2, in_units=1, use_bias=False)
+    net.initialize(mx.init.Constant(3.4e38))
+    net.hybridize()
+    x = mx.nd.ones((1, 1))
+    converted = amp.convert_hybrid_block(net, x, "bfloat16", emulate=True)
+    if "amp_fully_connected" not in converted._cached_graph[1].tojson():
+        pytest.skip("the library's oneDNN 3 kernels did not load here")
+    report = diagnose_block(converted, x, "bfloat16")
+    assert [(f.op, f.kind) for f in report.findings] == [("FullyConnected", "overflow")]
+    assert report.advice()[0] == ("add these ops to extra_fp32_ops: "
+                                  "amp.init('bfloat16', extra_fp32_ops=['FullyConnected'])")
