@@ -196,7 +196,7 @@ def onednn():
 
 
 #: The counters :func:`onednn_cache` returns, in the library's order.
-CACHE_FIELDS = ("entries", "hits", "misses", "evictions", "buffer_bytes", "capacity")
+CACHE_FIELDS = ("entries", "hits", "misses", "evictions", "buffer_bytes", "capacity", "onednn_capacity")
 
 
 def onednn_cache():
@@ -205,10 +205,12 @@ def onednn_cache():
     Returns
     -------
     dict or None
-        ``{"entries", "hits", "misses", "evictions", "buffer_bytes", "capacity"}``: primitives cached now (all
-        kinds), lookups that found one or built one, primitives evicted (least recently used first), bytes of
-        the per-thread scratch buffers, and the entries allowed per kind of primitive
-        (``MXNET_AMP_ONEDNN_CACHE_SIZE``, default 256). None where the oneDNN 3 kernels are unavailable.
+        ``{"entries", "hits", "misses", "evictions", "buffer_bytes", "capacity", "onednn_capacity"}``:
+        primitives cached now (all kinds), lookups that found one or built one, primitives evicted (least
+        recently used first), bytes of the per-thread scratch buffers, the entries allowed per kind of
+        primitive (``MXNET_AMP_ONEDNN_CACHE_SIZE``, default 256), and the capacity of oneDNN's own primitive
+        cache (the same bound unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` sets it). None where the oneDNN 3
+        kernels are unavailable.
     """
     lib = _onednn_library()
     if lib is None:

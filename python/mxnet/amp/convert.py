@@ -490,8 +490,11 @@ def block_graph(block, data):
     """Return ``(input symbols, output symbol, {name: NDArray})`` of a HybridBlock run on ``data``.
 
     The block runs once when its parameters are not initialized yet (deferred shapes). Arrays are legacy
-    NDArrays on their first context.
+    NDArrays on their first context. Waits for every queued operation (a host sync): an inference-mode
+    convolution, the caller's or this function's, leaves an asynchronous reorder of its weight in MXNet's
+    queue, and reading the weight on the host while it runs fails ("We can't generate TBlob for MKLDNN data").
     """
+    import mxnet as mx
     from mxnet.gluon.parameter import DeferredInitializationError
     params = block.collect_params()
     try:
@@ -499,6 +502,7 @@ def block_graph(block, data):
             p.data()
     except DeferredInitializationError:
         block(*data)
+    mx.nd.waitall()
     inputs, out = block._get_graph(*data)
     return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs], out, _block_arrays(block)
 

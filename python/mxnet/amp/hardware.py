@@ -74,8 +74,8 @@ def format_report(dtypes=lists.DTYPES):
     cache = _ext.onednn_cache()
     if cache is not None:
         lines.append("oneDNN 3 primitive cache: %(entries)d entries (at most %(capacity)d per kind: "
-                     "MXNET_AMP_ONEDNN_CACHE_SIZE), %(hits)d hits, %(misses)d misses, %(evictions)d evicted; "
-                     "scratch buffers %(buffer_bytes)d bytes" % cache)
+                     "MXNET_AMP_ONEDNN_CACHE_SIZE; oneDNN's own cache at most %(onednn_capacity)d), %(hits)d "
+                     "hits, %(misses)d misses, %(evictions)d evicted; scratch buffers %(buffer_bytes)d bytes" % cache)
     for dtype in dtypes:
         policy = make_policy(dtype)
         lp16 = [op for op in lists.list_lp16_ops(dtype) if op in lists.registered_forward_ops()]

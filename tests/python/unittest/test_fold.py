@@ -16,6 +16,7 @@ def _graph(net, shape, seed=0):
     net.initialize(mx.init.Xavier(magnitude=2.0))
     x = mx.nd.array(rng.uniform(-1, 1, shape))
     net(x)
+    mx.nd.waitall()  # the forward queues asynchronous reorders of the weights: reading one races them
     sym = net(mx.sym.var("data"))
     args, aux = {}, {}
     for p in net.collect_params().values():

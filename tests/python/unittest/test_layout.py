@@ -189,6 +189,7 @@ def _build(name):
     net.initialize(mx.init.Xavier(magnitude=2.0))
     x = mx.nd.array(rng.uniform(-1, 1, size=shape))
     net(x)  # deferred shapes
+    mx.nd.waitall()  # the forward queues asynchronous reorders of the weights: reading one races them
     sym = net(mx.sym.var("data"))
     aux_names = set(sym.list_auxiliary_states())
     args, aux = {}, {}

@@ -14,6 +14,8 @@
  * same few shapes over and over, and creating a primitive costs far more than running a small one. Each kind
  * of primitive has one least-recently-used cache of at most MXNET_AMP_ONEDNN_CACHE_SIZE entries (default
  * 256): a service sees shapes nobody listed, and an evicted primitive is freed once no running call holds it.
+ * oneDNN's own primitive cache, which would keep every evicted primitive's JIT code (1024 by default), gets the
+ * same bound (cpu_engine).
  * Scratch memory is the caller's (buffers per thread), so one primitive may run on several MXNet worker
  * threads at once; a buffer grows to the largest recent call and shrinks back when a call needs under a
  * quarter of it. mxnet_amp_onednn_cache_stats reports entries, hits, misses, evictions and buffer bytes.
@@ -45,8 +47,35 @@ namespace mxnet_amp_onednn {
 constexpr int kFloat32 = 0;
 constexpr int kBfloat16 = 12;
 
+// A positive integer from the environment, or 0.
+inline int env_threads(const char* name) {
+  const char* env = std::getenv(name);
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n > 0 ? n : 0;
+}
+
+/*! \brief Entries per kind of primitive: MXNET_AMP_ONEDNN_CACHE_SIZE if set (at least 1), else 256. */
+inline size_t cache_capacity() {
+  static const size_t capacity = [] {
+    const int n = env_threads("MXNET_AMP_ONEDNN_CACHE_SIZE");
+    return static_cast<size_t>(n > 0 ? n : 256);
+  }();
+  return capacity;
+}
+
+/*!
+ * \brief The CPU engine. Its creation bounds oneDNN's own primitive cache (which keeps every primitive created,
+ *        1024 by default, whatever this library's caches evicted) to cache_capacity(), unless
+ *        ONEDNN_PRIMITIVE_CACHE_CAPACITY or DNNL_PRIMITIVE_CACHE_CAPACITY sets it.
+ */
 inline dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine engine = [] {
+    if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == nullptr &&
+        std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY") == nullptr) {
+      dnnl::set_primitive_cache_capacity(static_cast<int>(cache_capacity()));
+    }
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
@@ -63,13 +92,6 @@ inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memor
   dnnl::memory::dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
   return dnnl::memory::desc(dims, type, strides);
-}
-
-// A positive integer from the environment, or 0.
-inline int env_threads(const char* name) {
-  const char* env = std::getenv(name);
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n > 0 ? n : 0;
 }
 
 /*!
@@ -146,14 +168,6 @@ inline CacheCounters& cache_counters() {
   return counters;
 }
 
-/*! \brief Entries per kind of primitive: MXNET_AMP_ONEDNN_CACHE_SIZE if set (at least 1), else 256. */
-inline size_t cache_capacity() {
-  static const size_t capacity = [] {
-    const int n = env_threads("MXNET_AMP_ONEDNN_CACHE_SIZE");
-    return static_cast<size_t>(n > 0 ? n : 256);
-  }();
-  return capacity;
-}
 
 /*!
  * \brief Entries built once per key (outside the lock: creating a primitive can take milliseconds), kept in a

@@ -120,7 +120,8 @@ extern "C" __attribute__((visibility("default"))) int mxnet_amp_onednn_matmul(co
 
 /*!
  * \brief The primitive caches' counters: entries now, hits, misses, evictions, scratch-buffer bytes held by all
- *        threads, and the capacity per kind of primitive (MXNET_AMP_ONEDNN_CACHE_SIZE), in that order.
+ *        threads, the capacity per kind of primitive (MXNET_AMP_ONEDNN_CACHE_SIZE) and oneDNN's own
+ *        primitive cache's capacity, in that order.
  */
 extern "C" __attribute__((visibility("default"))) void mxnet_amp_onednn_cache_stats(int64_t* out) {
   const auto& c = mxnet_amp_onednn::cache_counters();
@@ -130,6 +131,8 @@ extern "C" __attribute__((visibility("default"))) void mxnet_amp_onednn_cache_st
   out[3] = c.evictions;
   out[4] = c.buffer_bytes;
   out[5] = static_cast<int64_t>(mxnet_amp_onednn::cache_capacity());
+  mxnet_amp_onednn::cpu_engine();  // sets oneDNN's capacity on first use
+  out[6] = dnnl::get_primitive_cache_capacity();
 }
 
 /*! \brief The OpenMP team of a call that starts while no other library call runs (see CallTeam in common.h). */
