@@ -21,11 +21,14 @@ max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernel
 it to be slower than fp32 there.
 
 Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5] [--record]
+    [--stand-in a|b|c]
 
 ``--record`` writes the ratios of the native and the emulated plan (whichever of ``ours bf16``,
 ``ours bf16 native`` and ``ours bf16 emulate`` ran them) into
 ``python/mxnet/amp/cpu_ratios.json`` under this CPU's class (mxnet.amp.cpu), replacing that class's rows of the
-same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote.
+same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote. ``--stand-in b``
+runs every variant as class (b) on a higher-class CPU (oneDNN's ISA caps, ``mxnet.amp.cpu.stand_in_env``);
+with ``--record`` the rows go to that class, marked as a stand-in.
 """
 import argparse
 import json
@@ -35,6 +38,8 @@ import sys
 import time
 
 import numpy as np
+
+from timing import add_stand_in, apply_stand_in
 
 VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels",
             "ours bf16 native", "ours bf16 emulate")
@@ -168,8 +173,10 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=900, help="seconds per variant")
     parser.add_argument("--record", action="store_true",
                         help="write the bfloat16/float32 ratios into python/mxnet/amp/cpu_ratios.json for this CPU class")
+    add_stand_in(parser)
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    apply_stand_in(args.stand_in)
     if args.child:
         result = time_variants(args.child[0], args.child[1].split(","), args.batch, args.repeat)
         print(json.dumps(result))
@@ -178,8 +185,8 @@ def main(argv=None):
     from mxnet.amp import cpu
     native, planned = policy.native_support("bfloat16", "cpu"), policy.plans_native("bfloat16", "cpu")
     klass = cpu.cpu_class()
-    print("CPU class (%s) %s; the default bfloat16 plan here: %s" % (
-        klass.name, klass.title, "native kernels" if planned else
+    print("CPU class (%s) %s%s; the default bfloat16 plan here: %s" % (
+        klass.name, klass.title, " (%s)" % cpu.stand_in() if cpu.stand_in() else "", "native kernels" if planned else
         "emulated (float32 kernels on rounded values)%s" % ("; MXNet's bf16 kernels exist" if native else "")))
     print("batch %d, best of %d interleaved runs after one warm-up" % (args.batch, args.repeat))
     skip = {"ours bf16 emulate"} if not planned else set()
@@ -217,10 +224,11 @@ def record(ratios, command):
     import datetime
     from mxnet.amp import cpu
     if os.environ.get(cpu.CPUINFO_ENV):
-        raise SystemExit("--record measures the real CPU: unset %s" % cpu.CPUINFO_ENV)
+        raise SystemExit("--record measures what the CPU runs, and %s only mocks its flags: unset it (--stand-in "
+                         "runs a lower class)" % cpu.CPUINFO_ENV)
     klass = cpu.cpu_class()
-    caps = ", ".join("%s=%s" % (k, os.environ[k]) for k in ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA") if k in os.environ)
-    where = "%s, %d cores%s" % (cpu.model_name(), os.cpu_count(), " (stand-in: %s)" % caps if caps else "")
+    stand_in = cpu.stand_in()
+    where = "%s, %d cores%s" % (cpu.model_name(), os.cpu_count(), ", %s" % stand_in if stand_in else "")
     with open(RATIOS) as f:
         data = json.load(f)
     rows = [r for r in data["classes"][klass.name] if (r["workload"], r["variant"]) not in ratios]

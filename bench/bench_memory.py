@@ -13,7 +13,7 @@ where torch is importable; it is never a dependency of this project. MXNet 1.9.1
 statistics (its CPU storage hands freed blocks back to malloc), so RSS is the measure.
 
     python bench/bench_memory.py [--workloads resnet18-32,resnet18-128,encoder] [--steps 5]
-        [--configs fp32,contrib,ours,torch-fp32,torch-autocast]
+        [--configs fp32,contrib,ours,torch-fp32,torch-autocast] [--stand-in a|b|c]
 """
 import argparse
 import json
@@ -21,10 +21,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_train_step import build, torch_available, torch_step  # noqa: E402
+from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 WORKLOADS = ("resnet18-32", "resnet18-128", "encoder")
 CONFIGS = ("fp32", "contrib", "ours", "torch-fp32", "torch-autocast")
-SEQ, UNITS, HEADS, HIDDEN, LAYERS, ENCODER_BATCH = 128, 768, 12, 3072, 4, 8
+ENCODER_BATCH = 8
 
 
 def _status(key):
@@ -44,27 +46,13 @@ def _mxnet_step(workload, config):
         from mxnet import amp as peer
         warnings.simplefilter("ignore", peer.SlowBfloat16Warning)
         peer.init("bfloat16")
-    mx.random.seed(0)
-    if workload == "encoder":
-        from bench_inference import _encoder
-        net = gluon.nn.HybridSequential()
-        for _ in range(LAYERS):
-            net.add(_encoder(units=UNITS, heads=HEADS, hidden=HIDDEN, seq=SEQ))
-        net.add(gluon.nn.Dense(2, flatten=True))
-        x = mx.nd.random.uniform(-1, 1, shape=(ENCODER_BATCH, SEQ, UNITS))
-        optimizer, options = "adamw", {"learning_rate": 1e-4}
-    else:
-        net = gluon.model_zoo.vision.resnet18_v1(classes=10)
-        x = mx.nd.random.uniform(shape=(int(workload.split("-")[1]), 3, 64, 64))
-        optimizer, options = "sgd", {"learning_rate": 0.01, "momentum": 0.9}
+    net, x, y, optimizer, options = (build("encoder", ENCODER_BATCH, None) if workload == "encoder" else
+                                     build("resnet18", int(workload.split("-")[1]), 64))
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
-    if optimizer == "adamw":
-        from mxnet.amp import adamw  # noqa: F401  (registers the optimizer, for fp32 and contrib too)
     trainer = gluon.Trainer(net.collect_params(), optimizer, options)
     if config != "fp32":
         peer.init_trainer(trainer)
-    y = mx.nd.array(mx.nd.random.randint(0, 2 if workload == "encoder" else 10, shape=(x.shape[0],)).asnumpy())
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def step():
@@ -80,37 +68,13 @@ def _mxnet_step(workload, config):
     return step
 
 
-def _torch_step(workload, config):
-    """The same training step in PyTorch (``config``: torch-fp32 or torch-autocast)."""
-    import contextlib
-    import torch
-    import torchvision
-    torch.manual_seed(0)
-    if workload == "encoder":
-        layer = torch.nn.TransformerEncoderLayer(UNITS, HEADS, HIDDEN, dropout=0.0, batch_first=True)
-        body = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
-        net = torch.nn.Sequential(body, torch.nn.Flatten(), torch.nn.Linear(SEQ * UNITS, 2))
-        x = torch.rand(ENCODER_BATCH, SEQ, UNITS) * 2 - 1
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    else:
-        net = torchvision.models.resnet18(num_classes=10)
-        x = torch.rand(int(workload.split("-")[1]), 3, 64, 64)
-        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    y = torch.randint(0, 2 if workload == "encoder" else 10, (x.shape[0],))
-    region = (lambda: torch.autocast("cpu", torch.bfloat16)) if config == "torch-autocast" else contextlib.nullcontext
-
-    def step():
-        opt.zero_grad()
-        with region():
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-    return step
-
-
 def child(workload, config, steps):
     """Run ``steps`` training steps; return the memory figures as plain data."""
-    step = (_torch_step if config.startswith("torch") else _mxnet_step)(workload, config)
+    if config.startswith("torch"):
+        batch = ENCODER_BATCH if workload == "encoder" else int(workload.split("-")[1])
+        step = torch_step(workload.split("-")[0], batch, 64, config == "torch-autocast")
+    else:
+        step = _mxnet_step(workload, config)
     step()
     after_first = _status("VmRSS")
     for _ in range(steps - 1):
@@ -119,18 +83,8 @@ def child(workload, config, steps):
 
 
 def run_child(workload, config, steps, timeout=1800):
-    from timing import child_json
     return child_json([sys.executable, os.path.abspath(__file__), "--child", workload, config, "--steps", str(steps)],
                       timeout)
-
-
-def _torch_available():
-    try:
-        import torch  # noqa: F401
-        import torchvision  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def main(argv=None):
@@ -139,7 +93,9 @@ def main(argv=None):
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
+    add_stand_in(parser)
     args = parser.parse_args(argv)
+    apply_stand_in(args.stand_in)
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.steps)))
         return 0
@@ -147,9 +103,8 @@ def main(argv=None):
         bad = [v for v in getattr(args, name).split(",") if v not in valid]
         if bad:
             parser.error("unknown %s %s: expected some of %s" % (name, ", ".join(map(repr, bad)), ", ".join(valid)))
-    from timing import cpu_banner
     cpu_banner()
-    configs = [c for c in args.configs.split(",") if not c.startswith("torch") or _torch_available()]
+    configs = [c for c in args.configs.split(",") if not c.startswith("torch") or torch_available()]
     skipped = sorted(set(args.configs.split(",")) - set(configs))
     print("%d steps per configuration, one child process each%s" % (
         args.steps, "; not run (torch or torchvision not importable): " + ", ".join(skipped) if skipped else ""))

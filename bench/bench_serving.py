@@ -16,7 +16,7 @@ the second half of the requests, and the library's oneDNN 3 cache entries (``_ex
 docs/inference.md were measured, for float32 and AMP alike (``--env MXNET_MKLDNN_CACHE_NUM=64``, say).
 
 Usage: python bench/bench_serving.py [--layers 2] [--requests 48] [--distinct 16] [--batches 1,8]
-       [--workers 1,2] [--variants fp32,contrib,ours] [--env KEY=VALUE ...]
+       [--workers 1,2] [--variants fp32,contrib,ours] [--env KEY=VALUE ...] [--stand-in a|b|c]
 """
 import argparse
 import json
@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_inference import _encoder  # noqa: E402  (the same block as the inference bench, at BERT-base size)
+from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 VARIANTS = ("fp32", "contrib", "ours")
 UNITS, HEADS, HIDDEN = 768, 12, 3072
@@ -93,7 +94,6 @@ def serve(variant, batch, layers, mix):
 
 
 def run_child(variant, batch, workers, args, timeout=3600):
-    from timing import child_json
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, str(batch), "--layers", str(args.layers),
            "--requests", str(args.requests), "--distinct", str(args.distinct)]
     env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers), **dict(kv.split("=", 1) for kv in args.env))
@@ -111,7 +111,9 @@ def main(argv=None):
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable for every child (repeatable)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "BATCH"), help=argparse.SUPPRESS)
+    add_stand_in(parser)
     args = parser.parse_args(argv)
+    apply_stand_in(args.stand_in)
     bad = [kv for kv in args.env if "=" not in kv or not kv.split("=", 1)[0]]
     if bad:
         parser.error("--env takes KEY=VALUE, got %s" % ", ".join(map(repr, bad)))
@@ -119,7 +121,6 @@ def main(argv=None):
     if args.child:
         print(json.dumps(serve(args.child[0], int(args.child[1]), args.layers, mix)))
         return 0
-    from timing import cpu_banner
     cpu_banner()
     print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0%s"
           % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix)),

@@ -1,4 +1,8 @@
-"""One ResNet-18 training step (32x3x64x64): fp32 vs mxnet.contrib.amp bf16 vs mxnet.amp bf16.
+"""One training step: fp32 vs mxnet.contrib.amp bf16 vs mxnet.amp bf16, for ResNet-18 or a BERT-style encoder.
+
+``--model resnet18`` (the default): ResNet-18 v1 at ``--batch`` x 3 x ``--size`` x ``--size`` (32x3x64x64), SGD
+with momentum. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 heads, 3072 hidden units, 128
+tokens, a 2-class head, AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
 
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
 alternate and repeat, and the table shows the median step time and its ratio to fp32 (speed-up > 1 is faster).
@@ -9,7 +13,12 @@ casts, the finite check, the optimizer and the rest (the step's wall time minus 
 number of cast calls and the number of oneDNN reorders (MXNet's oneDNN 2 and this project's oneDNN 3 counted
 together). Run it on an AVX-512-BF16 CPU and elsewhere to compare.
 
-    python bench/bench_train_step.py [--repeats 3] [--steps 5] [--batch 32] [--size 64] [--profile]
+Where PyTorch and torchvision import (never a dependency of this project), the same step runs in PyTorch too:
+``torch_fp32`` and ``torch_bf16`` (``torch.autocast("cpu", torch.bfloat16)``), timed alike (no profile).
+``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps).
+
+    python bench/bench_train_step.py [--model resnet18|encoder] [--repeats 3] [--steps 5] [--batch 32]
+        [--size 64] [--profile] [--stand-in a|b|c]
 """
 import argparse
 import json
@@ -20,7 +29,14 @@ import sys
 import tempfile
 import time
 
-CONFIGS = ("fp32", "contrib_bf16", "amp_bf16")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import add_stand_in, apply_stand_in, cpu_banner  # noqa: E402
+
+CONFIGS = ("fp32", "contrib_bf16", "amp_bf16", "torch_fp32", "torch_bf16")
+#: Configurations that run only where PyTorch (and torchvision) can be imported: never a dependency.
+TORCH_CONFIGS = ("torch_fp32", "torch_bf16")
+MODELS = ("resnet18", "encoder")
+ENCODER_LAYERS, ENCODER_SEQ = 4, 128
 #: Step-profile columns, in print order; an op is counted in the first category whose test it passes.
 CATEGORIES = ("forward", "backward", "casts", "check", "optimizer")
 _CASTS = ("amp_cast", "amp_multicast", "amp_round", "amp_multi_cast", "amp_multi_widest_cast")
@@ -76,28 +92,85 @@ def _profiled(step, steps):
     return {"ms": ms, "wall_ms": wall, "casts": casts}
 
 
-def _child(config, steps, batch, size, profile=False):
+def build(model, batch, size):
+    """``(net, data, labels, optimizer, options)`` of one workload (uninitialised net)."""
+    import mxnet as mx
+    from mxnet import gluon
+    mx.random.seed(0)
+    if model == "encoder":
+        from mxnet.amp import adamw  # noqa: F401  (registers the optimizer)
+        from bench_inference import _encoder
+        net = gluon.nn.HybridSequential()
+        for _ in range(ENCODER_LAYERS):
+            net.add(_encoder(units=768, heads=12, hidden=3072, seq=ENCODER_SEQ))
+        net.add(gluon.nn.Dense(2, flatten=True))
+        x = mx.nd.random.uniform(-1, 1, shape=(batch, ENCODER_SEQ, 768))
+        y = mx.nd.array(mx.nd.random.randint(0, 2, shape=(batch,)).asnumpy())
+        return net, x, y, "adamw", {"learning_rate": 1e-4}
+    net = gluon.model_zoo.vision.resnet18_v1(classes=10)
+    x = mx.nd.random.uniform(shape=(batch, 3, size, size))
+    y = mx.nd.array(mx.nd.random.randint(0, 10, shape=(batch,)).asnumpy())
+    return net, x, y, "sgd", {"learning_rate": 0.01, "momentum": 0.9}
+
+
+def torch_step(model, batch, size, autocast):
+    """The same training step in PyTorch, as a function (``autocast``: ``torch.autocast("cpu", bfloat16)``)."""
+    import contextlib
+    import torch
+    torch.manual_seed(0)
+    if model == "encoder":
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+        body = torch.nn.TransformerEncoder(layer, ENCODER_LAYERS, enable_nested_tensor=False)
+        net = torch.nn.Sequential(body, torch.nn.Flatten(), torch.nn.Linear(ENCODER_SEQ * 768, 2))
+        x = torch.rand(batch, ENCODER_SEQ, 768) * 2 - 1
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    else:
+        import torchvision
+        net = torchvision.models.resnet18(num_classes=10)
+        x = torch.rand(batch, 3, size, size)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    y = torch.randint(0, 2 if model == "encoder" else 10, (batch,))
+    region = (lambda: torch.autocast("cpu", torch.bfloat16)) if autocast else contextlib.nullcontext
+
+    def step():
+        opt.zero_grad()
+        with region():
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def torch_available():
+    """Whether PyTorch and torchvision import here (their rows run only then)."""
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _child(config, steps, batch, size, profile=False, model="resnet18"):
+    if config in TORCH_CONFIGS:
+        return _timed(torch_step(model, batch, size, config == "torch_bf16"), steps)
     import mxnet as mx
     from mxnet import autograd, gluon
-    from mxnet.gluon.model_zoo import vision
     if config == "contrib_bf16":
         from mxnet.contrib import amp as peer
         peer.init(target_dtype="bfloat16")
     elif config == "amp_bf16":
         from mxnet import amp
         amp.init("bfloat16")
-    mx.random.seed(0)
-    net = vision.resnet18_v1(classes=10)
+    net, x, y, optimizer, options = build(model, batch, size)
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
+    trainer = gluon.Trainer(net.collect_params(), optimizer, options)
     if config == "contrib_bf16":
         peer.init_trainer(trainer)
     elif config == "amp_bf16":
         amp.init_trainer(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    x = mx.nd.random.uniform(shape=(batch, 3, size, size))
-    y = mx.nd.array(mx.nd.random.randint(0, 10, shape=(batch,)).asnumpy())
 
     def step():
         with autograd.record():
@@ -112,10 +185,16 @@ def _child(config, steps, batch, size, profile=False):
                 loss.backward()
         trainer.step(batch)
         mx.nd.waitall()
-    step()  # warm-up: graph build, kernel selection
     if profile:
         step()
+        step()
         return _profiled(step, steps)
+    return _timed(step, steps)
+
+
+def _timed(step, steps):
+    """Median seconds of ``steps`` calls of ``step`` after one warm-up call (graph build, kernel selection)."""
+    step()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -126,7 +205,8 @@ def _child(config, steps, batch, size, profile=False):
 
 def _run_child(config, args, profile=False):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", config, "--steps", str(args.steps),
-           "--batch", str(args.batch), "--size", str(args.size)] + (["--profile"] if profile else [])
+           "--batch", str(args.batch), "--size", str(args.size), "--model", args.model] + (
+               ["--profile"] if profile else [])
     env = dict(os.environ)
     if profile:  # every op timed on its own; oneDNN 2 (MXNet) and 3 (this project) print each primitive run
         env.update(MXNET_EXEC_BULK_EXEC_TRAIN="0", MXNET_EXEC_BULK_EXEC_INFERENCE="0", DNNL_VERBOSE="1",
@@ -149,35 +229,44 @@ def _run_child(config, args, profile=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=MODELS, default="resnet18")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--child", choices=CONFIGS)
     parser.add_argument("--profile", action="store_true", help="also print a per-step time split")
+    add_stand_in(parser)
     args = parser.parse_args()
+    apply_stand_in(args.stand_in)
     if args.child:
         try:
-            result = _child(args.child, args.steps, args.batch, args.size, args.profile)
+            result = _child(args.child, args.steps, args.batch, args.size, args.profile, args.model)
             print(json.dumps(dict(result, config=args.child) if args.profile
                              else {"config": args.child, "seconds": result}))
         except Exception as err:  # report the peer's failure as a row instead of a traceback
             print(json.dumps({"config": args.child, "error": ("%s: %s" % (type(err).__name__, err))[:160]}))
         return
-    results = {c: [] for c in CONFIGS}
+    configs = [c for c in CONFIGS if c not in TORCH_CONFIGS or torch_available()]
+    cpu_banner()
+    results = {c: [] for c in configs}
     errors = {}
     for _ in range(args.repeats):
-        for config in CONFIGS:
+        for config in configs:
             row = _run_child(config, args)
             if "error" in row:
                 errors[config] = row["error"]
             else:
                 results[config].append(row["seconds"])
     base = statistics.median(results["fp32"]) if results["fp32"] else None
-    print("ResNet-18 training step, batch %d x 3 x %d x %d, %d repeats x %d steps, %s"
-          % (args.batch, args.size, args.size, args.repeats, args.steps, time.strftime("%Y-%m-%d")))
+    what = ("ResNet-18 training step, batch %d x 3 x %d x %d" % (args.batch, args.size, args.size)
+            if args.model == "resnet18" else "encoder training step (%d layers of 768, 12 heads), batch %d x %d"
+            % (ENCODER_LAYERS, args.batch, ENCODER_SEQ))
+    print("%s, %d repeats x %d steps, %s" % (what, args.repeats, args.steps, time.strftime("%Y-%m-%d")))
     print("%-14s %12s %16s" % ("config", "median s", "speed vs fp32"))
-    for config in CONFIGS:
+    if len(configs) < len(CONFIGS):
+        print("(not run: %s; torch or torchvision not importable)" % ", ".join(sorted(set(CONFIGS) - set(configs))))
+    for config in configs:
         if results[config]:
             med = statistics.median(results[config])
             ratio = "%.2fx" % (base / med) if base else "n/a"
@@ -185,7 +274,7 @@ def main():
         else:
             print("%-14s %12s %16s  %s" % (config, "failed", "-", errors.get(config, "")))
     if args.profile:
-        print_profile([_run_child(config, args, profile=True) for config in CONFIGS])
+        print_profile([_run_child(config, args, profile=True) for config in configs if config not in TORCH_CONFIGS])
 
 
 def print_profile(rows):

@@ -51,22 +51,38 @@ def best_of(variants, repeat, inner=3):
     return best
 
 
+def add_stand_in(parser):
+    """Add ``--stand-in CLASS`` to a benchmark's options (see :func:`apply_stand_in`)."""
+    parser.add_argument("--stand-in", choices=("a", "b", "c"), metavar="CLASS",
+                        help="run as CPU class a, b or c, below this CPU's: oneDNN's ISA caps and "
+                             "MXNET_AMP_CPU_CLASS for this process and its children (mxnet.amp.cpu.stand_in_env)")
+
+
+def apply_stand_in(class_name):
+    """Make this process and its children run as CPU class ``class_name`` (None: as the CPU's own); call it
+    before any oneDNN primitive is created (oneDNN reads its ISA cap then)."""
+    if class_name:
+        import os
+        from mxnet.amp import cpu
+        os.environ.update(cpu.stand_in_env(class_name))
+
+
 def cpu_banner():
-    """Print the CPU (bfloat16 / AMX flags, cores, load), MXNet and this project's oneDNN 3 kernels; return
-    whether the CPU has avx512_bf16."""
+    """Print the CPU (its class, bfloat16 / AMX flags, cores, load), MXNet and this project's oneDNN 3 kernels;
+    return whether the CPU runs avx512_bf16 (its class, stand-ins included, is (c) or (d))."""
     import os
     import mxnet as mx
-    from mxnet.amp import _ext
+    from mxnet.amp import _ext, cpu
     from mxnet.amp.policy import native_support
-    flags = open("/proc/cpuinfo").read()
-    print("CPU: %s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
-        next((l.split(":", 1)[1].strip() for l in flags.splitlines() if l.startswith("model name")), "?"),
+    flags, klass = cpu.flags(), cpu.cpu_class()
+    print("CPU: %s, class (%s) %s%s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
+        cpu.model_name(), klass.name, klass.title, " (%s)" % cpu.stand_in() if cpu.stand_in() else "",
         "yes" if "avx512_bf16" in flags else "no", "yes" if "amx_bf16" in flags else "no", os.cpu_count(),
         os.getloadavg()[0]))
     print("MXNet %s; bfloat16 natively: %s; this project's kernels: %s; MXNET_AMP_ONEDNN_THREADS=%s" % (
         mx.__version__, native_support("bfloat16", "cpu"), _ext.onednn()[1],
         os.environ.get("MXNET_AMP_ONEDNN_THREADS", "(unset)")))
-    return "avx512_bf16" in flags
+    return klass.name in ("c", "d")
 
 
 def print_gflops(title, rows, first, baselines=("mxnet fp32",)):

@@ -29,9 +29,9 @@ def _devices():
 
 
 def _cpu_line():
-    flags = cpu.flags()
-    return "CPU: %s, class (%s) %s; %s" % (
-        cpu.model_name(), cpu.classify(flags).name, cpu.classify(flags).title,
+    flags, klass, stand_in = cpu.flags(), cpu.cpu_class(), cpu.stand_in()
+    return "CPU: %s, class (%s) %s%s; %s" % (
+        cpu.model_name(), klass.name, klass.title, " (%s)" % stand_in if stand_in else "",
         ", ".join("%s %s" % (f, "yes" if f in flags else "no") for f in _CPU_FLAGS))
 
 

@@ -369,7 +369,8 @@ def native_support(dtype, device_type):
     GPUs run float16 (MXNet 1.9.1 has no GPU bfloat16 kernels). On CPUs, oneDNN runs bfloat16 only with
     AVX-512 (``avx512_core``: F, BW, VL, DQ); MXNet's CPU float16 kernels are incomplete whatever the CPU.
     ``MXNET_AMP_EMULATE=1`` says no everywhere (everything emulated); ``MXNET_AMP_EMULATE=0`` says yes to
-    bfloat16 on any CPU (the AVX-512 detection skipped). The flags come from :func:`mxnet.amp.cpu.flags`.
+    bfloat16 on any CPU (the AVX-512 detection skipped). The class comes from :func:`mxnet.amp.cpu.cpu_class`
+    (the CPU's flags, lowered by oneDNN's ISA caps: ``DNNL_MAX_CPU_ISA=AVX2`` leaves MXNet no bfloat16 kernels).
     """
     forced = os.environ.get("MXNET_AMP_EMULATE")
     if forced == "1":
@@ -378,7 +379,7 @@ def native_support(dtype, device_type):
         return dtype == "float16"
     if dtype == "float16":
         return False
-    return forced == "0" or cpu.AVX512_CORE <= cpu.flags()
+    return forced == "0" or cpu.cpu_class().name != "a"
 
 
 def plans_native(dtype, device_type):

@@ -88,3 +88,98 @@ def test_hardware_report_names_the_mocked_class(tmp_path, cls):
     assert first.startswith("CPU: %s, class (%s) %s;" % (CPUS[cls][0], cls, klass.title)), first
     assert ("amx_bf16 yes" in first) == (cls == "d") and ("avx512f yes" in first) == (cls != "a")
     assert ("bfloat16 on CPU: emulated" in text) == (cls == "a"), text
+
+
+@pytest.fixture
+def clean_caps(monkeypatch):
+    """No ISA cap or class override from the environment the tests run in."""
+    for name in cpu.ISA_CAP_ENVS + (cpu.CLASS_ENV,):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("env,cap,expected", [
+    ("DNNL_MAX_CPU_ISA", "AVX512_CORE_VNNI", "b"), ("ONEDNN_MAX_CPU_ISA", "avx2", "a"),
+    ("DNNL_MAX_CPU_ISA", "AVX512_CORE_BF16", "c"), ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", "b"),
+    ("DNNL_MAX_CPU_ISA", "ALL", "d"), ("DNNL_MAX_CPU_ISA", "NO_SUCH_ISA", "d")])
+def test_onednn_isa_caps_lower_the_class(mocked, clean_caps, monkeypatch, env, cap, expected):
+    mocked("d")
+    monkeypatch.setenv(env, cap)
+    assert cpu.hardware_class().name == "d" and cpu.cpu_class().name == expected
+    assert native_support("bfloat16", "cpu") is (expected != "a")  # capped to AVX2, MXNet has no bf16 kernels
+    assert (cpu.stand_in() is None) == (expected == "d")
+
+
+def test_a_cap_above_the_cpu_changes_nothing(mocked, clean_caps, monkeypatch):
+    mocked("b")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    assert cpu.cpu_class().name == "b" and cpu.stand_in() is None
+
+
+def test_the_class_override_lowers_and_never_raises(mocked, clean_caps, monkeypatch):
+    mocked("c")
+    monkeypatch.setenv(cpu.CLASS_ENV, "b")
+    assert cpu.cpu_class().name == "b"
+    assert cpu.stand_in() == "class (b) stand-in on a class (c) CPU (MXNET_AMP_CPU_CLASS=b)"
+    monkeypatch.setenv(cpu.CLASS_ENV, "d")
+    with pytest.raises(ValueError, match=r"MXNET_AMP_CPU_CLASS='d': this CPU is class \(c\) AVX512-BF16, and a "
+                                         r"stand-in can only lower the class .*expected one of 'a', 'b', 'c'"):
+        cpu.cpu_class()
+    monkeypatch.setenv(cpu.CLASS_ENV, "B")
+    with pytest.raises(ValueError, match=r"MXNET_AMP_CPU_CLASS='B' is not a CPU class: expected one of 'a', 'b', "
+                                         r"'c', 'd'"):
+        cpu.cpu_class()
+
+
+def test_stand_in_env_names_the_caps_of_each_lower_class(mocked, clean_caps):
+    mocked("d")
+    assert cpu.stand_in_env("d") == {}
+    for name, isa in cpu.STAND_IN_ISA.items():
+        assert cpu.stand_in_env(name) == {"MXNET_AMP_CPU_CLASS": name, "DNNL_MAX_CPU_ISA": isa,
+                                          "ONEDNN_MAX_CPU_ISA": isa}
+        assert cpu.ISA_CAPS[isa] == name  # the cap alone already lowers the class to the stand-in's
+    mocked("b")
+    with pytest.raises(ValueError, match=r"cannot stand in for class \(c\) on this class \(b\) CPU: .*expected one "
+                                         r"of 'a', 'b'$"):
+        cpu.stand_in_env("c")
+    with pytest.raises(ValueError, match="stand-in class='e' is not a CPU class"):
+        cpu.stand_in_env("e")
+
+
+_STAND_IN_CHILD = """
+import json
+import mxnet as mx
+from mxnet.amp import _ext, cpu
+from mxnet.amp.policy import BFLOAT16, native_support, plans_native
+x = mx.nd.amp_cast(mx.nd.ones((4, 8)), dtype=BFLOAT16)
+try:
+    mx.nd.FullyConnected(x, x, num_hidden=4, no_bias=True).wait_to_read()
+    mxnet_bf16 = True
+except mx.base.MXNetError:
+    mxnet_bf16 = False
+print(json.dumps({"class": cpu.cpu_class().name, "stand_in": cpu.stand_in(), "native": native_support("bfloat16", "cpu"),
+                  "planned": plans_native("bfloat16", "cpu"), "mxnet_bf16": mxnet_bf16, "onednn": _ext.onednn()[1]}))
+"""
+
+
+@pytest.mark.parametrize("name", ["a", "b"])
+def test_a_stand_in_changes_what_the_kernels_run(clean_caps, name):
+    """The stand-in's caps reach both oneDNNs: class (a) leaves MXNet no bfloat16 primitive, class (b) keeps it,
+    and the library's oneDNN 3 runs at most the capped ISA. Runs on the real CPU (never above it)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    real = cpu.classify(cpu.read_flags("/proc/cpuinfo"))
+    if cpu.CLASSES.index(real) <= cpu.CLASSES.index(cpu.by_name(name)):
+        pytest.skip("needs a CPU above class (%s) to stand in for it; this one is class (%s)" % (name, real.name))
+    env = {k: v for k, v in os.environ.items() if k not in cpu.ISA_CAP_ENVS + (cpu.CLASS_ENV, cpu.CPUINFO_ENV,
+                                                                               "MXNET_AMP_EMULATE")}
+    env.update(cpu.stand_in_env(name))
+    proc = subprocess.run([sys.executable, "-c", _STAND_IN_CHILD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["class"] == name and got["stand_in"].startswith("class (%s) stand-in on a class (%s) CPU" % (
+        name, real.name))
+    assert got["mxnet_bf16"] is got["native"] is (name == "b") and got["planned"] is False
+    assert got["onednn"].endswith("cpu isa %s" % {"a": "avx2", "b": "avx512_core_vnni"}[name]), got["onednn"]

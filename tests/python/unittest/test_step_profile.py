@@ -27,7 +27,7 @@ def test_profiler_rows_fall_into_their_categories():
 @pytest.mark.parametrize("config", ["fp32", "amp_bf16"])
 def test_profile_of_a_small_step(config):
     class Args:
-        steps, batch, size = 1, 2, 32
+        steps, batch, size, model = 1, 2, 32, "resnet18"
     row = bts._run_child(config, Args, profile=True)
     assert "error" not in row, row
     assert set(row["ms"]) == set(bts.CATEGORIES)
