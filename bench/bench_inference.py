@@ -220,7 +220,10 @@ def main(argv=None):
 
 
 def record(ratios, command):
-    """Replace this CPU class's rows of the measured workloads in cpu_ratios.json."""
+    """Replace this CPU class's rows of the measured workloads in cpu_ratios.json.
+
+    ``ratios``: ``{(workload, plan): float32 time / bfloat16 time}``; bench_train_step.py records through it too.
+    """
     import datetime
     from mxnet.amp import cpu
     if os.environ.get(cpu.CPUINFO_ENV):
@@ -234,7 +237,7 @@ def record(ratios, command):
     rows = [r for r in data["classes"][klass.name] if (r["workload"], r["variant"]) not in ratios]
     rows += [{"workload": workload, "variant": plan, "ratio": [ratio, ratio],
               "date": datetime.date.today().isoformat(), "cpu": where, "command": command,
-              "source": "bench/bench_inference.py --record"} for (workload, plan), ratio in sorted(ratios.items())]
+              "source": command.split()[1] + " --record"} for (workload, plan), ratio in sorted(ratios.items())]
     data["classes"][klass.name] = rows
     with open(RATIOS, "w") as f:
         json.dump(data, f, indent=2)

@@ -8,9 +8,14 @@ lengths from 8 to 512 (drawn from ``--distinct`` values, so that some lengths re
 configuration.
 
 Reported per configuration: p50 and p99 latency after warm-up (the first request of each length excluded),
-p99/p50, throughput (tokens per second), the cost of the first request at a new length (its latency over the
-median of the later requests of that length), peak RSS (VmHWM), steady-state RSS (at the end), RSS growth over
-the second half of the requests, and the library's oneDNN 3 cache entries (``_ext.onednn_cache``).
+p99/p50 (with lengths this varied, the spread of the mix), jitter (the p99 of each warm request's latency over
+the median of its length's: the spread a client of one length sees), throughput (tokens per second), the cost
+of the first request at a new length (its latency over the median of the later requests of that length), peak
+RSS (VmHWM), steady-state RSS (at the end), RSS growth over the second half of the requests (the median RSS of
+the last quarter of the requests against that of the second quarter: a request's own tensors come and go with
+its length, a leak or an unbounded cache stays), the library's
+oneDNN 3 cache entries (``_ext.onednn_cache``), and the memory of the conversion: RSS with the float32 model
+loaded and run once, the peak while converting, and RSS once the float32 model is dropped.
 
 ``--env KEY=VALUE`` (repeatable) sets an environment variable in every child: how the service settings of
 docs/inference.md were measured, for float32 and AMP alike (``--env MXNET_MKLDNN_CACHE_NUM=64``, say).
@@ -63,15 +68,20 @@ def serve(variant, batch, layers, mix):
     """Run the requests in this process; return the measurements as plain data."""
     import mxnet as mx
     from mxnet.amp import _ext
+    import gc
     net = _model(layers)
     example = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (batch, 16, UNITS)).astype(np.float32))
     net(example).wait_to_read()
+    memory = {"model_mb": _rss_mb()}
     if variant == "ours":
         from mxnet import amp
         net = amp.convert_hybrid_block(net, example, target_dtype="bfloat16", cast_params_offline=True)
     elif variant == "contrib":
         from mxnet.contrib import amp as contrib_amp
         net = contrib_amp.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu(), cast_optional_params=True)
+    gc.collect()  # the float32 model, no longer referenced
+    mx.nd.waitall()
+    memory.update(convert_peak_mb=_rss_mb("VmHWM"), converted_mb=_rss_mb())
     rng = np.random.RandomState(2)
     seen, latency, rss = {}, [], []
     for length in mix:
@@ -85,12 +95,21 @@ def serve(variant, batch, layers, mix):
     first = [i for i, length in enumerate(mix) if mix.index(length) == i]
     warm = [t for i, t in enumerate(latency) if i not in set(first)]
     first_cost = [times[0] / statistics.median(times[1:]) for times in seen.values() if len(times) > 1]
-    half = len(rss) // 2
+    jitter = [t / statistics.median(times[1:]) for times in seen.values() if len(times) > 2 for t in times[1:]]
     return {"p50_ms": 1000 * float(np.percentile(warm, 50)), "p99_ms": 1000 * float(np.percentile(warm, 99)),
-            "tokens_per_s": batch * sum(mix) / sum(latency),
+            "jitter_p99": float(np.percentile(jitter, 99)) if jitter else float("nan"),
+            "tokens_per_s": batch * sum(mix) / sum(latency), "memory": memory,
             "first_request_x": statistics.median(first_cost) if first_cost else float("nan"),
             "peak_rss_mb": _rss_mb("VmHWM"), "steady_rss_mb": rss[-1],
-            "second_half_growth": (rss[-1] - rss[half]) / rss[half], "cache": _ext.onednn_cache()}
+            "second_half_growth": _growth(rss), "cache": _ext.onednn_cache()}
+
+
+def _growth(rss):
+    """RSS growth over the second half of the requests: the median RSS of the last quarter against that of the
+    second (medians, since each request's own tensors come and go with its length)."""
+    quarter = max(1, len(rss) // 4)
+    second, last = statistics.median(rss[quarter:2 * quarter]), statistics.median(rss[-quarter:])
+    return (last - second) / second
 
 
 def run_child(variant, batch, workers, args, timeout=3600):
@@ -125,8 +144,9 @@ def main(argv=None):
     print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0%s"
           % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix)),
              "; environment: " + " ".join(args.env) if args.env else ""))
-    header = ("variant", "batch", "workers", "p50 ms", "p99 ms", "p99/p50", "tokens/s", "vs fp32", "1st req",
-              "peak MB", "steady MB", "2nd-half growth", "cache entries")
+    header = ("variant", "batch", "workers", "p50 ms", "p99 ms", "p99/p50", "jitter p99", "tokens/s", "vs fp32",
+              "1st req", "peak MB", "steady MB", "2nd-half growth", "cache entries",
+              "model MB: fp32 / conversion peak / converted")
     print(" | ".join(header))
     for batch in (int(b) for b in args.batches.split(",")):
         for workers in (int(w) for w in args.workers.split(",")):
@@ -140,10 +160,12 @@ def main(argv=None):
                 speed = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
                 cache = r["cache"]["entries"] if r["cache"] else "-"
                 print(" | ".join([variant, str(batch), str(workers), "%.1f" % r["p50_ms"], "%.1f" % r["p99_ms"],
-                                  "%.2f" % (r["p99_ms"] / r["p50_ms"]), "%.0f" % r["tokens_per_s"],
-                                  "%.2fx" % speed, "%.2fx" % r["first_request_x"], "%.0f" % r["peak_rss_mb"],
-                                  "%.0f" % r["steady_rss_mb"], "%+.1f%%" % (100 * r["second_half_growth"]),
-                                  str(cache)]), flush=True)
+                                  "%.2f" % (r["p99_ms"] / r["p50_ms"]), "%.2f" % r["jitter_p99"],
+                                  "%.0f" % r["tokens_per_s"], "%.2fx" % speed, "%.2fx" % r["first_request_x"],
+                                  "%.0f" % r["peak_rss_mb"], "%.0f" % r["steady_rss_mb"],
+                                  "%+.1f%%" % (100 * r["second_half_growth"]), str(cache),
+                                  "%(model_mb).0f / %(convert_peak_mb).0f / %(converted_mb).0f" % r["memory"]]),
+                      flush=True)
     return 0
 
 

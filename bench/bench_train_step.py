@@ -15,10 +15,11 @@ together). Run it on an AVX-512-BF16 CPU and elsewhere to compare.
 
 Where PyTorch and torchvision import (never a dependency of this project), the same step runs in PyTorch too:
 ``torch_fp32`` and ``torch_bf16`` (``torch.autocast("cpu", torch.bfloat16)``), timed alike (no profile).
-``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps).
+``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps);
+``--record`` writes ``mxnet.amp``'s ratio into ``python/mxnet/amp/cpu_ratios.json`` (see bench_inference.py).
 
     python bench/bench_train_step.py [--model resnet18|encoder] [--repeats 3] [--steps 5] [--batch 32]
-        [--size 64] [--profile] [--stand-in a|b|c]
+        [--size 64] [--profile] [--record] [--stand-in a|b|c]
 """
 import argparse
 import json
@@ -236,6 +237,9 @@ def main():
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--child", choices=CONFIGS)
     parser.add_argument("--profile", action="store_true", help="also print a per-step time split")
+    parser.add_argument("--record", action="store_true",
+                        help="write mxnet.amp's ratio to fp32 into python/mxnet/amp/cpu_ratios.json for this CPU "
+                             "class (the default plan's row of this workload)")
     add_stand_in(parser)
     args = parser.parse_args()
     apply_stand_in(args.stand_in)
@@ -273,6 +277,15 @@ def main():
             print("%-14s %12.4f %16s" % (config, med, ratio))
         else:
             print("%-14s %12s %16s  %s" % (config, "failed", "-", errors.get(config, "")))
+    if args.record and base and results["amp_bf16"]:
+        from bench_inference import record
+        from mxnet.amp.policy import plans_native
+        workload = ("ResNet-18 training step, %dx3x%dx%d, SGD momentum" % (args.batch, args.size, args.size)
+                    if args.model == "resnet18" else "encoder training step, %dx%dx768, AdamW" % (args.batch,
+                                                                                                 ENCODER_SEQ))
+        plan = "native" if plans_native("bfloat16", "cpu") else "emulated"
+        record({(workload, plan): round(base / statistics.median(results["amp_bf16"]), 2)},
+               "python bench/bench_train_step.py " + " ".join(sys.argv[1:]))
     if args.profile:
         print_profile([_run_child(config, args, profile=True) for config in configs if config not in TORCH_CONFIGS])
 

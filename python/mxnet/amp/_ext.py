@@ -30,7 +30,7 @@ __all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "
 #: The library's oneDNN 3 matrix products and convolution (they need libmxnet_amp_onednn.so, see :func:`onednn`).
 ONEDNN_OPS = ("amp_fully_connected", "amp_batch_dot", "amp_matmul", "amp_convolution", "amp_deconvolution")
 OP_NAMES = ("amp_multi_cast", "amp_multi_widest_cast", "amp_multi_unscale_check", "amp_round", "amp_multi_update",
-            "amp_scaler_update") + ONEDNN_OPS
+            "amp_scaler_update", "amp_batch_norm") + ONEDNN_OPS
 #: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
 UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
 

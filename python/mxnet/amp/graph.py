@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 import functools
 import itertools
 import json
+import re
 
 import numpy as np
 
 from . import lists
 from .policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, mx_dtype
 
-__all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels", "infer_entry_dtypes", "dtype_name",
+__all__ = ["MODE_NODE", "is_mode_node", "rewrite_symbol", "rewrite_graph", "route_library_kernels",
+           "infer_entry_dtypes", "dtype_name",
            "num_outputs", "assemble", "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes",
            "RewriteStats", "CAST_OPS", "TYPE_CODES"]
 
@@ -101,6 +103,15 @@ def infer_entry_dtypes(graph, var_dtypes):
     return {entry: dtype_name(t) for entry, t in zip(wanted, out_types)}
 
 
+#: Name of the nodes of a graph's mode flag (``_Builder.mode_flag``): ``amp_mode`` and ``amp_mode_ones``.
+MODE_NODE = "amp_mode"
+
+
+def is_mode_node(node):
+    """Whether a symbol-JSON node is one of the nodes of the graph's mode flag (AMP's own, as its casts)."""
+    return re.match(r"%s(_ones)?\d*$" % MODE_NODE, node["name"]) is not None and node["op"] in ("_ones", "Dropout")
+
+
 class _Builder:
     """Accumulates the rewritten node list; owns cast memoisation and naming."""
 
@@ -112,6 +123,7 @@ class _Builder:
         self.memo = {}
         self.names = set(names)
         self.stats = RewriteStats()
+        self.mode = None       # the entry of mode_flag(), once made
 
     def add(self, node, num_outputs, dtypes=()):
         self.nodes.append(node)
@@ -149,6 +161,19 @@ class _Builder:
                         "attrs": {"dtype": dtype}, "inputs": [[entry[0], entry[1], 0]]}, 1, (dtype,))
         self.stats.casts += 1
         return (nid, 0)
+
+    def mode_flag(self):
+        """The graph's mode as a float32 (1,) tensor: ``Dropout(p=0.5)`` of a tensor of ones, which MXNet runs
+        with the training flag it runs every op of the call with: exactly 1 in inference (Dropout is then the
+        identity), 0 or 2 in training. lib_api tells a library op nothing about the mode; this input does (one
+        per graph; it draws one random number per training call)."""
+        if self.mode is None:
+            ones = self.add({"op": "_ones", "name": self.unique(MODE_NODE + "_ones"),
+                             "attrs": {"shape": "(1,)", "dtype": "float32"}, "inputs": []}, 1, ("float32",))
+            drop = self.add({"op": "Dropout", "name": self.unique(MODE_NODE), "attrs": {"p": "0.5"},
+                             "inputs": [[ones, 0, 0]]}, 2, ("float32", "float32"))
+            self.mode = (drop, 0)
+        return self.mode
 
     def is_low(self, entry, dtype):
         """Whether ``entry`` is known to hold ``dtype`` values: of that dtype, or rounded to it (emulation)."""
@@ -320,9 +345,15 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
                 build.stats.lp16_modes[mode] += 1
                 action = FP32 if mode == FLOAT32 else action
             build.stats.actions[action] += 1
+        # A dtype-neutral op with a library kernel for low precision data (lists.neutral_kernels: BatchNorm) runs
+        # on it in a training graph, its parameters in float32, told the graph's mode (_Builder.mode_flag).
+        neutral_kernel = (policy.neutral_kernel(node["op"], device_type)
+                          if action == NEUTRAL and not inference and inputs and build.dtype.get(inputs[0]) == target
+                          and node.get("attrs", {}).get("output_mean_var", "False") in ("False", "0", "false")
+                          else None)
         # A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first output
         # is cast back, so that what follows sees the dtypes of the low precision graph.
-        f32_neutral = (action == NEUTRAL and node["op"] not in CAST_OPS and bool(inputs)
+        f32_neutral = (neutral_kernel is None and action == NEUTRAL and node["op"] not in CAST_OPS and bool(inputs)
                        and any(is_low(e) for e in inputs) and policy.neutral_in_float32(node["op"], device_type))
         # Rounding after an op that commutes with it gives the same values (and gradients in training graphs),
         # often cheaper (lists.rounding). Only a tensor's sole reader defers: no tensor is rounded twice.
@@ -335,6 +366,10 @@ def rewrite_graph(graph, policy, device_type, var_dtypes, inference=False):
                       and all(build.dtype.get(e) == target for e in inputs) else None)
         if substitute is not None:  # the same function, a faster low precision kernel (lists.native_substitutes)
             new["op"], new["attrs"] = substitute[0], dict(node.get("attrs", {}), **substitute[1])
+        if neutral_kernel is not None:
+            new["op"] = neutral_kernel
+            inputs = [inputs[0]] + [build.cast(e, "float32") for e in inputs[1:]] + [build.mode_flag()]
+            build.stats.kernels[neutral_kernel] += 1
         lp = action == LP16
         emulate = lp and mode == EMULATED
         if lp:

@@ -199,6 +199,15 @@ class Policy:
         native = self.emulate is False or (self.emulate is None and plans_native(self.target_dtype, device_type))
         return lists.native_substitutes(self.target_dtype, device_type).get(op) if native else None
 
+    def neutral_kernel(self, op, device_type):
+        """The library op that runs dtype-neutral ``op`` on low precision data in a training graph on
+        ``device_type`` (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``) where the graph runs
+        natively there and ``kernels="auto"``, or None."""
+        native = self.emulate is False or (self.emulate is None and plans_native(self.target_dtype, device_type))
+        if not native or self.kernels != "auto":
+            return None
+        return lists.neutral_kernels(self.target_dtype, device_type).get(op)
+
     def neutral_in_float32(self, op, device_type):
         """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``
         (``lists.float32_kernels``: its low precision kernel is slower) where the graph runs natively there:

@@ -17,7 +17,7 @@ def precision_map(sym, policy, device_type="cpu"):
     """Return ``[(name, op, role, [input indices])]`` for the op and variable nodes of a rewritten symbol.
 
     ``role`` is one of the names in :data:`ROLES`: what the policy decided for the node on ``device_type``
-    (AMP's own cast nodes are 'cast').
+    (AMP's own nodes, its casts and the graph's mode flag, are 'cast').
     """
     nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
     out = []
@@ -25,7 +25,7 @@ def precision_map(sym, policy, device_type="cpu"):
         op = node["op"]
         if op == "null":
             role = "input"
-        elif op in _graph.CAST_OPS:
+        elif op in _graph.CAST_OPS or _graph.is_mode_node(node):
             role = "cast"
         else:
             action = policy.action(op, node.get("attrs"), node["name"])
@@ -81,11 +81,12 @@ def plot_loss_scale(scales, skipped, path, resumed_at=None):
 
 
 def _data_path(nodes):
-    """Drop parameters and their casts (counted instead): keep the nodes the data flows through."""
+    """Drop parameters and their casts (counted instead), and the mode flag: keep the nodes the data flows
+    through."""
     params = {i for i, (name, op, _, _) in enumerate(nodes) if op == "null" and not name.startswith("data")}
     dropped = set(params)
     for i, (_, op, role, inputs) in enumerate(nodes):
-        if role == "cast" and inputs and all(j in dropped for j in inputs):
+        if role == "cast" and all(j in dropped for j in inputs):
             dropped.add(i)
     keep = [i for i in range(len(nodes)) if i not in dropped]
     index = {old: new for new, old in enumerate(keep)}

@@ -108,6 +108,24 @@ def _check_grads(trainer, inv_scale, fresh, total):
     return flag
 
 
+def _initial_grad_buffers(trainer):
+    """The contiguous gradient buffers of ``trainer``'s parameters, laid out now, or None while one of them is
+    not initialised yet (deferred shapes: the first step lays them out).
+
+    Now, before the first backward, the separate gradient arrays are freed before the activations are
+    allocated, which then reuse their memory; laid out after a step, the freed arrays stayed in the process's
+    RSS (ResNet-18 at batch 128: +43 MB, one gradient's worth).
+    """
+    from ..gluon.parameter import DeferredInitializationError
+    params = [param for param in trainer._params if param.grad_req != "null"]
+    try:
+        for param in params:
+            param.list_grad()
+    except DeferredInitializationError:
+        return None
+    return GradBuffers(params) if params else None
+
+
 def _ensure_kvstore(trainer):
     if not trainer._kv_initialized:
         trainer._init_kvstore()
@@ -356,6 +374,7 @@ def init_trainer(trainer, loss_scaler=None, fused=True):
         dtype = _target_dtype()
         amp_state = AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
         amp_state.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
+        amp_state.grads = _initial_grad_buffers(trainer)
         attach(trainer, amp_state)
         for name in _WRAPPED:
             setattr(trainer, name, types.MethodType(globals()["_" + name], trainer))

@@ -80,9 +80,11 @@ def test_bfloat16_warns_once_on_slow_classes_only(on_class, cls):
     assert "AMP's default plan emulates it (float32 kernels on bf16-rounded values, bf16 numerics)" in text
     assert ("emulate=False" in text) == (cls == "b")  # class (a) has no bf16 kernels to choose
     assert "emulate=True" not in text  # what the default does already
-    if cls == "b":  # the measured figures of cpu_ratios.json, quoted with their date and CPU
-        assert "measured 0.56–1.17× float32" in text and "2026-12-04" in text and "Ice Lake" in text
-        assert "emulate=False (oneDNN's bfloat16 kernels: measured 0.45–0.76× float32" in text
+    if cls == "b":  # the measured figures of cpu_ratios.json, quoted with their dates and CPUs
+        assert "measured " + advice.ratio_summary("b") in text and "Ice Lake" in text
+        assert "emulate=False (oneDNN's bfloat16 kernels: measured %s" % advice.ratio_summary("b", "native") in text
+        emulated = [r for r in advice.ratios("b") if r["variant"] == "emulated"]
+        assert all(r["date"] in text and r["workload"] in text for r in emulated) and emulated
 
 
 def test_the_warning_can_be_silenced_with_a_filter(on_class):
@@ -204,9 +206,32 @@ def test_the_ratios_file_is_plain_versioned_data():
             low, high = row["ratio"]
             assert 0 < low <= high
     assert not any(r["variant"] == "native" for r in data["classes"]["a"])  # no bf16 kernels there
-    assert advice.ratio_summary("b").startswith("0.56–1.17× float32 (")  # the default plan: emulated
-    assert advice.ratio_summary("b", "native").startswith("0.45–0.76× float32 (")
+    for plan in ("emulated", "native"):  # class (b)'s default plan is emulated: its summary is of those rows
+        rows = [r for r in data["classes"]["b"] if r["variant"] == plan]
+        span = (min(r["ratio"][0] for r in rows), max(r["ratio"][1] for r in rows))
+        want = "%.2f×" % span[0] if span[0] == span[1] else "%.2f–%.2f×" % span
+        assert advice.ratio_summary("b", None if plan == "emulated" else plan).startswith(want + " float32 (")
     assert advice.ratio_summary("d", "emulated") is None
+
+
+def test_each_class_plan_is_the_faster_for_every_op_measured_there():
+    """The plans are chosen by the per-op evidence (bench/bench_plan.py --record): one plan per class holds only
+    while no op measured on that class runs faster the other way."""
+    data = lists.cpu_op_evidence()
+    assert data["version"] == 1 and set(data["classes"]) == {c.name for c in cpu.CLASSES}
+    measured = {name: entry for name, entry in data["classes"].items() if entry is not None}
+    assert {"a", "b", "c"} <= set(measured)  # recorded on a class (c) CPU and its stand-ins
+    for name, entry in measured.items():
+        assert set(entry) == {"date", "cpu", "command", "ops"} and entry["ops"], name
+        plan = lists.cpu_class_plan("bfloat16", name)[0]
+        for row in entry["ops"]:
+            assert row["emulated_ms"] > 0, row
+            if name == "a":
+                assert "native_ms" not in row  # no bfloat16 kernels: nothing to choose
+                continue
+            faster = NATIVE if row["native_ms"] < row["emulated_ms"] else EMULATED
+            assert faster == plan, "class (%s) plans %s, but %s ran faster %s: %s" % (name, plan, row["label"],
+                                                                                     faster, row)
 
 
 @pytest.mark.parametrize("cls", ["b", "d"])
@@ -219,7 +244,7 @@ def test_hardware_report_says_what_bfloat16_does_here(tmp_path, cls):
     assert ("bfloat16 on CPU: emulated by default: MXNet's kernels exist but have no bf16 arithmetic here"
             in text) == (cls == "b")
     assert ("bfloat16 on CPU: native kernels" in text) == (cls == "d")
-    assert ("with emulate=False (native): 0.45–0.76× float32" in text) == (cls == "b")
+    assert ("with emulate=False (native): %s" % advice.ratio_summary("b", "native") in text) == (cls == "b")
     assert ("float16 hardware on this CPU: avx512_fp16" in text) == (cls == "d")
 
 
@@ -260,6 +285,6 @@ def test_the_plans_are_data_with_reasons():
             mode, why = lists.cpu_class_plan(dtype, klass.name)
             assert mode in (NATIVE, EMULATED) and len(why) > 20
     assert {c.name for c in cpu.CLASSES if lists.cpu_class_plan("float16", c.name)[0] == NATIVE} == set()
-    assert "1.17x" in lists.cpu_class_plan("bfloat16", "b")[1]
+    assert "faster emulated" in lists.cpu_class_plan("bfloat16", "b")[1]
     with pytest.raises(ValueError, match=r"Unknown CPU class 'e': expected one of 'a', 'b', 'c', 'd'"):
         lists.cpu_class_plan("bfloat16", "e")

@@ -83,3 +83,30 @@ def test_numpy_mode_parameters():
         assert buffers.current(params)
     finally:
         mx.npx.reset_np()
+
+
+def test_buffers_are_laid_out_before_the_first_backward_when_shapes_are_known():
+    """Laid out at init_trainer, the separate gradients are freed before backward allocates its activations
+    (which reuse that memory); laid out after a step, they stayed in RSS. Deferred shapes wait for the step."""
+    net = _net([mx.cpu()])
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    init_trainer(trainer)
+    at_init = trainer._mxnet_amp.grads
+    assert at_init is not None and at_init.current(trainer._params)  # the trainer's order (by name)
+    with autograd.record():
+        loss = net(mx.nd.ones((2, 4))).sum()
+        with scale_loss(loss, trainer) as scaled:
+            scaled.backward()
+    trainer.step(2)
+    assert trainer._mxnet_amp.grads is at_init  # the same buffer: nothing laid out twice
+    deferred = gluon.nn.Dense(3)
+    deferred.initialize()
+    trainer = gluon.Trainer(deferred.collect_params(), "sgd", {"learning_rate": 0.1})
+    init_trainer(trainer)
+    assert trainer._mxnet_amp.grads is None
+    with autograd.record():
+        loss = deferred(mx.nd.ones((2, 4))).sum()
+        with scale_loss(loss, trainer) as scaled:
+            scaled.backward()
+    trainer.step(2)
+    assert trainer._mxnet_amp.grads.current(trainer._params)

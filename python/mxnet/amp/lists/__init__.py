@@ -41,8 +41,8 @@ from .groups import GPU_BUILD_ONLY, PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
-           "native_evidence", "BAD_VERDICTS",
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
+           "native_evidence", "cpu_op_evidence", "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
            "symbol_fp16", "symbol_bf16"]
@@ -139,6 +139,8 @@ class _Table:
                                                    for dev, ops in module.EMULATION_KERNELS.items()})
         self.native_substitutes = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                     for dev, ops in module.NATIVE_SUBSTITUTES.items()})
+        self.neutral_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                                 for dev, ops in module.NEUTRAL_KERNELS.items()})
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
 
 
@@ -389,6 +391,18 @@ def native_substitutes(dtype, device_type):
     return _for_device(_table(dtype).native_substitutes, device_type)
 
 
+def neutral_kernels(dtype, device_type):
+    """Return ``{op: library op}``: dtype-neutral ops that run on a library kernel on low precision data in
+    training graphs, where ``device_type`` runs ``dtype`` natively (``BatchNorm`` -> ``amp_batch_norm`` on CPUs).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(_table(dtype).neutral_kernels, device_type)
+
+
 def cpu_class_plan(dtype, class_name):
     """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
     ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
@@ -447,6 +461,22 @@ def native_evidence():
         (``tools/probe_bf16.py --values --out ...`` adds or replaces this machine's run).
     """
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_bf16_cpu.json")) as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_op_evidence():
+    """Return the per-op timings behind the CPU classes' bfloat16 plans (``cpu_op_evidence.json``).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "about": ..., "classes": {name: None or {"date", "cpu", "command", "ops": [{"label",
+        "op", "native_ms", "emulated_ms"}]}}}``: per CPU class, one-op graphs timed with ``emulate=False`` and
+        ``emulate=True`` (class (a) has no native kernels, hence no ``native_ms``); None where that class was
+        not measured (``bench/bench_plan.py --record`` replaces the classes it ran).
+    """
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_op_evidence.json")) as f:
         return json.load(f)
 
 

@@ -36,7 +36,7 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED_ATTENTION + g.L
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.ELEMWISE_SIMPLE + g.FP16_RANGE +
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
-           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS)
+           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -77,16 +77,18 @@ LIBRARY_KERNELS = {
 # The default plan (emulate=None) on each CPU class of mxnet.amp.cpu: how its low precision ops run, and the
 # measurements that chose it. "native": bfloat16 operands into bfloat16 kernels (MXNet's, or the library's
 # where LIBRARY_KERNELS maps the op); "emulated": float32 kernels on bf16-rounded values (the library's float32
-# kernels where EMULATION_KERNELS maps the op): bf16 numerics either way. On class (b) oneDNN's bf16 kernels
-# convert to float32 in registers, so the operands shrink but the arithmetic gets no faster, and every op
-# measured ran faster emulated (Ice Lake-class Xeon, 2026-12-04, ../shared/cpu_classes/README.md).
+# kernels where EMULATION_KERNELS maps the op): bf16 numerics either way. The evidence per op and class is
+# cpu_op_evidence.json (bench/bench_plan.py; a test checks that each plan is the faster one for every op measured
+# on its class): one plan per class, since no op measured disagrees with its class. On class (b) oneDNN's bf16
+# kernels convert to float32 in registers, so the operands shrink but the arithmetic gets no faster.
 CPU_CLASS_PLANS = {
     "a": ("emulated", "no AVX-512: MXNet has no bfloat16 kernels on this CPU"),
-    "b": ("emulated", "no bf16 arithmetic: on the Ice Lake-class Xeon (2026-12-04) the transformer block ran "
-                      "1.17x float32 emulated against 0.55-0.76x on oneDNN's bf16 kernels, ResNet-50 inference "
-                      "0.56x against 0.45-0.56x"),
-    "c": ("native", "AVX512-BF16 dot products: ResNet-50 inference 1.8x float32 on MXNet's bf16 kernels (Zen 5, "
-                    "2026-12-03)"),
+    "b": ("emulated", "no bf16 arithmetic: every product and convolution measured ran 1.35-2.7x faster emulated "
+                      "than on oneDNN's bf16 kernels (class (b) stand-in on an AMD EPYC, 2026-12-05); on the Ice "
+                      "Lake-class Xeon (2026-12-04) the transformer block ran 1.17x float32 emulated against "
+                      "0.55-0.76x on oneDNN's bf16 kernels"),
+    "c": ("native", "AVX512-BF16 dot products: every product and convolution measured ran 1.8-2.1x faster on "
+                    "the bf16 kernels than emulated (AMD EPYC, 2026-12-05)"),
     "d": ("native", "AMX tiles: ResNet-50 inference 3.13x and the transformer block 4.16x float32 on the "
                     "library's oneDNN 3 kernels (Sapphire Rapids class, 2026-12-03)"),
 }
@@ -122,9 +124,17 @@ NATIVE_SUBSTITUTES = {
     "gpu": {},
 }
 
+# Dtype-neutral op -> the library kernel that runs it on low precision data in training graphs, where the
+# device runs bfloat16 natively (ahead of FLOAT32_KERNELS, which it makes unnecessary there). BatchNorm in
+# float32 between casts kept float32 activations alive for backward: ResNet-18 training at batch 128 peaked
+# at 1.14x float32's RSS (AMD EPYC, class c, 2026-12-05); amp_batch_norm reads and writes bfloat16 with float32
+# statistics, and is as fast as the float32 island (MXNet's own bfloat16 BatchNorm: a ResNet-18 step 0.18 ->
+# 0.25 s). Inference conversion folds BatchNorm into the convolution before it instead.
+NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm"}, "gpu": {}}
+
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
 # list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
-FP32_PARAM_OPS = g.BATCH_NORM
+FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM
 
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (

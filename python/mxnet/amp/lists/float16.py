@@ -30,7 +30,7 @@ NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDIN
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
            g.CONTAINERS + g.ADAPTIVE_POOLING + g.IMAGE + g.GRAPH_SAMPLING + g.MAX_MIN +
-           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_MATMUL + g.BF16_KERNEL_BROKEN + g.SCALAR_ADDITION)
+           g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_MATMUL + g.BF16_KERNEL_BROKEN + g.SCALAR_ADDITION)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.ELEMWISE_MULTIPLY + g.TRUE_DIVIDE + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -59,6 +59,10 @@ FLOAT32_KERNELS = {"cpu": (), "gpu": ()}
 
 # Faster equivalents of dtype-neutral ops (see bfloat16.NATIVE_SUBSTITUTES): none for float16.
 NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
+
+# Library kernels of dtype-neutral ops in training graphs (see bfloat16.NEUTRAL_KERNELS): none for float16,
+# which runs natively on GPUs only.
+NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 
 # The default plan per CPU class (see bfloat16.CPU_CLASS_PLANS): float16 is emulated on every CPU, since MXNet
 # 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 (Sapphire Rapids, Granite Rapids) included.

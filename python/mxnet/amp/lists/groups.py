@@ -446,6 +446,9 @@ PROJECT_OPS = (
     "amp_scaler_update",
 )
 
+# This project's BatchNorm (libmxnet_amp): float32, float16 or bfloat16 data, float32 parameters and statistics.
+PROJECT_BATCH_NORM = ("amp_batch_norm",)
+
 # This project's oneDNN 3 matrix products and convolution (libmxnet_amp): float32 or bfloat16 operands.
 PROJECT_MATMUL = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_fully_connected", "amp_matmul")
 
@@ -627,6 +630,10 @@ REASONS = (
      "this project's ops (libmxnet_amp): the multi-tensor casts and amp_round (emulation "
      "rounding) set dtypes themselves; unscale-and-check updates gradients in place in any "
      "float type"),
+    (PROJECT_BATCH_NORM,
+     "this project's BatchNorm (libmxnet_amp): runs in its data's dtype with float32 parameters and "
+     "statistics; the rewriter puts it in place of BatchNorm in low precision training graphs where the CPU "
+     "runs bfloat16 natively (NEUTRAL_KERNELS)"),
     (QUANTIZE, "quantization op: consumes float32 (or int8) by design, fp32"),
     (QUANTIZED, "quantized int8 op: its float inputs are min/max ranges that must stay fp32"),
     (DETECTION,

@@ -35,10 +35,6 @@ const CpuLoops* select_loops() {
   return cpu_loops_baseline();
 }
 
-const CpuLoops& loops() {
-  static const CpuLoops* table = select_loops();
-  return *table;
-}
 
 struct Chunk {
   int tensor;
@@ -86,6 +82,11 @@ char* at(const TensorRef& t, int64_t index) {
 
 }  // namespace
 
+const CpuLoops& cpu_loops() {
+  static const CpuLoops* table = select_loops();
+  return *table;
+}
+
 bool is_float_dtype(int dtype) {
   return dtype == kFloat32 || dtype == kFloat64 || dtype == kFloat16 || dtype == kBfloat16;
 }
@@ -128,13 +129,13 @@ int widest_dtype(const int* dtypes, int n) {
   return f16 ? kFloat16 : kBfloat16;
 }
 
-const char* cpu_isa() { return loops().isa; }
+const char* cpu_isa() { return cpu_loops().isa; }
 
 void cpu_multi_tensor_cast(int64_t chunk_size, const TensorRef* inputs, const TensorRef* outputs,
                            int n) {
   int64_t total = 0;
   const std::vector<Chunk> chunks = make_chunks(chunk_size, inputs, n, &total);
-  const CpuLoops& l = loops();
+  const CpuLoops& l = cpu_loops();
   for_each_chunk(chunks, total, [&](int64_t c) {
     const Chunk& k = chunks[c];
     const TensorRef& in = inputs[k.tensor];
@@ -148,7 +149,7 @@ void cpu_round_to(int64_t chunk_size, const TensorRef& in, const TensorRef& out,
   constexpr int64_t kBlock = 2048;
   int64_t total = 0;
   const std::vector<Chunk> chunks = make_chunks(chunk_size, &in, 1, &total);
-  const CpuLoops& l = loops();
+  const CpuLoops& l = cpu_loops();
   for_each_chunk(chunks, total, [&](int64_t c) {
     uint16_t low[kBlock];
     for (int64_t b = chunks[c].begin; b < chunks[c].end; b += kBlock) {
@@ -163,7 +164,7 @@ void cpu_multi_tensor_unscale_check(int64_t chunk_size, float* finite_flag, floa
                                     const TensorRef* tensors, int n, float inv_scale) {
   int64_t total = 0;
   const std::vector<Chunk> chunks = make_chunks(chunk_size, tensors, n, &total);
-  const CpuLoops& l = loops();
+  const CpuLoops& l = cpu_loops();
   const bool write = inv_scale != 1.0f;
   // One partial sum per chunk, added in chunk order: the result does not depend on thread timing.
   std::vector<double> partial(sum_squares ? chunks.size() : 0, 0.0);
@@ -189,7 +190,7 @@ void cpu_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const
   for (int i = 0; i < n; ++i) weights[i] = sets[i].weight;
   int64_t total = 0;
   const std::vector<Chunk> chunks = make_chunks(chunk_size, weights.data(), n, &total);
-  const CpuLoops& l = loops();
+  const CpuLoops& l = cpu_loops();
   for_each_chunk(chunks, total, [&](int64_t c) {
     l.update(hyper, sets[chunks[c].tensor], chunks[c].begin, chunks[c].end);
   });

@@ -26,7 +26,22 @@ struct CpuLoops {
   bool (*unscale)(int dtype, void* data, int64_t n, float inv_scale, bool write, double* sum_squares);
   /*! \brief Elements [begin, end) of one parameter's optimizer update (see UpdateSet). */
   void (*update)(const UpdateHyper& hyper, const UpdateSet& set, int64_t begin, int64_t end);
+  /*!
+   * \brief Batch-norm moments of x[0:n] (dtype float32, float16 or bfloat16): adds sum(x - shift) to *s1 and
+   *        sum((x - shift)^2) to *s2 (float32 within the run, then float64).
+   */
+  void (*bn_moments)(int dtype, const void* x, int64_t n, float shift, double* s1, double* s2);
+  /*! \brief y[0:n] = x * a + b, x and y of one dtype (float32 math, one rounding). */
+  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b);
+  /*! \brief Adds sum(dy) to *sdy and sum(dy * (x - shift)) to *sdyx; dy and x of one dtype. */
+  void (*bn_grad_moments)(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy,
+                          double* sdyx);
+  /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype. */
+  void (*bn_grad_apply)(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c);
 };
+
+/*! \brief The table of the best instruction set of this CPU (chosen once). */
+const CpuLoops& cpu_loops();
 
 const CpuLoops* cpu_loops_baseline();
 const CpuLoops* cpu_loops_avx2();

@@ -330,7 +330,88 @@ void update(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
   }
 }
 
-const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale, update};
+// Batch normalisation over one contiguous run of a channel (see batch_norm.h): float32 math, sums of a run in
+// float32 lanes, then float64 across runs.
+template <typename T>
+void bn_moments_loop(const void* x, int64_t n, float shift, double* s1, double* s2) {
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = T::load(p[i]) - shift;
+    a += d;
+    b += d * d;
+  }
+  *s1 += a;
+  *s2 += b;
+}
+
+template <typename T>
+void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b) {
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) q[i] = T::store(T::load(p[i]) * a + b);
+}
+
+template <typename T>
+void bn_grad_moments_loop(const void* dy, const void* x, int64_t n, float shift, double* sdy, double* sdyx) {
+  const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = T::load(g[i]);
+    a += d;
+    b += d * (T::load(p[i]) - shift);
+  }
+  *sdy += a;
+  *sdyx += b;
+}
+
+template <typename T>
+void bn_grad_apply_loop(const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c) {
+  const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(dx);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) q[i] = T::store(T::load(g[i]) * a + T::load(p[i]) * b + c);
+}
+
+void bn_moments(int dtype, const void* x, int64_t n, float shift, double* s1, double* s2) {
+  switch (dtype) {
+    case kBfloat16: return bn_moments_loop<BF16>(x, n, shift, s1, s2);
+    case kFloat16: return bn_moments_loop<F16>(x, n, shift, s1, s2);
+    default: return bn_moments_loop<F32>(x, n, shift, s1, s2);
+  }
+}
+
+void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b) {
+  switch (dtype) {
+    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b);
+    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b);
+    default: return bn_affine_loop<F32>(x, y, n, a, b);
+  }
+}
+
+void bn_grad_moments(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy, double* sdyx) {
+  switch (dtype) {
+    case kBfloat16: return bn_grad_moments_loop<BF16>(dy, x, n, shift, sdy, sdyx);
+    case kFloat16: return bn_grad_moments_loop<F16>(dy, x, n, shift, sdy, sdyx);
+    default: return bn_grad_moments_loop<F32>(dy, x, n, shift, sdy, sdyx);
+  }
+}
+
+void bn_grad_apply(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c) {
+  switch (dtype) {
+    case kBfloat16: return bn_grad_apply_loop<BF16>(dy, x, dx, n, a, b, c);
+    case kFloat16: return bn_grad_apply_loop<F16>(dy, x, dx, n, a, b, c);
+    default: return bn_grad_apply_loop<F32>(dy, x, dx, n, a, b, c);
+  }
+}
+
+const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale, update, bn_moments, bn_affine, bn_grad_moments,
+                         bn_grad_apply};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)
