@@ -19,9 +19,13 @@ loaded and run once, the peak while converting, and RSS once the float32 model i
 
 ``--env KEY=VALUE`` (repeatable) sets an environment variable in every child: how the service settings of
 docs/inference.md were measured, for float32 and AMP alike (``--env MXNET_MKLDNN_CACHE_NUM=64``, say).
+``--bucket N`` pads every request to a multiple of N tokens (shape buckets: at most 512 / N shapes; tokens/s
+counts the real tokens; a real service masks the padding in attention, this benchmark's encoder has no mask).
+``--warm-up`` runs every shape the requests will have once before the first, as a service does at start-up.
 
 Usage: python bench/bench_serving.py [--layers 2] [--requests 48] [--distinct 16] [--batches 1,8]
-       [--workers 1,2] [--variants fp32,contrib,ours] [--env KEY=VALUE ...] [--stand-in a|b|c]
+       [--workers 1,2] [--variants fp32,contrib,ours] [--env KEY=VALUE ...] [--bucket N] [--warm-up]
+       [--stand-in a|b|c]
 """
 import argparse
 import json
@@ -64,8 +68,11 @@ def _rss_mb(key="VmRSS"):
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024.0
 
 
-def serve(variant, batch, layers, mix):
-    """Run the requests in this process; return the measurements as plain data."""
+def serve(variant, batch, layers, mix, bucket=1, warm_up=False):
+    """Run the requests in this process; return the measurements as plain data.
+
+    With ``warm_up`` every shape the requests will have is run once before the first request, as a service
+    does at start-up."""
     import mxnet as mx
     from mxnet.amp import _ext
     import gc
@@ -82,10 +89,14 @@ def serve(variant, batch, layers, mix):
     gc.collect()  # the float32 model, no longer referenced
     mx.nd.waitall()
     memory.update(convert_peak_mb=_rss_mb("VmHWM"), converted_mb=_rss_mb())
+    padded = [-(-length // bucket) * bucket for length in mix]
+    if warm_up:
+        for length in sorted(set(padded)):
+            net(mx.nd.zeros((batch, length, UNITS))).wait_to_read()
     rng = np.random.RandomState(2)
     seen, latency, rss = {}, [], []
-    for length in mix:
-        x = mx.nd.array(rng.uniform(-1, 1, (batch, length, UNITS)).astype(np.float32))
+    for length, size in zip(mix, padded):
+        x = mx.nd.array(rng.uniform(-1, 1, (batch, size, UNITS)).astype(np.float32))
         start = time.perf_counter()
         y = net(x)
         mx.nd.amp_cast(y, dtype="float32").wait_to_read()
@@ -114,7 +125,8 @@ def _growth(rss):
 
 def run_child(variant, batch, workers, args, timeout=3600):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, str(batch), "--layers", str(args.layers),
-           "--requests", str(args.requests), "--distinct", str(args.distinct)]
+           "--requests", str(args.requests), "--distinct", str(args.distinct), "--bucket", str(args.bucket)]
+    cmd += ["--warm-up"] if args.warm_up else []
     env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers), **dict(kv.split("=", 1) for kv in args.env))
     return child_json(cmd, timeout, env)
 
@@ -129,6 +141,10 @@ def main(argv=None):
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable for every child (repeatable)")
+    parser.add_argument("--bucket", type=int, default=1, metavar="N",
+                        help="pad each request to a multiple of N tokens (shape buckets)")
+    parser.add_argument("--warm-up", action="store_true",
+                        help="run every shape of the requests once before the first (a service's start-up)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "BATCH"), help=argparse.SUPPRESS)
     add_stand_in(parser)
     args = parser.parse_args(argv)
@@ -136,14 +152,18 @@ def main(argv=None):
     bad = [kv for kv in args.env if "=" not in kv or not kv.split("=", 1)[0]]
     if bad:
         parser.error("--env takes KEY=VALUE, got %s" % ", ".join(map(repr, bad)))
+    if args.bucket < 1:
+        parser.error("--bucket must be a positive number of tokens, got %d" % args.bucket)
     mix = lengths(args.requests, args.distinct)
     if args.child:
-        print(json.dumps(serve(args.child[0], int(args.child[1]), args.layers, mix)))
+        print(json.dumps(serve(args.child[0], int(args.child[1]), args.layers, mix, args.bucket, args.warm_up)))
         return 0
     cpu_banner()
     print("encoder: %d layers of %d units, %d heads; %d requests, lengths %d..%d (%d distinct), seed 0%s"
           % (args.layers, UNITS, HEADS, args.requests, min(mix), max(mix), len(set(mix)),
-             "; environment: " + " ".join(args.env) if args.env else ""))
+             "; environment: " + " ".join(args.env) if args.env else "") +
+          ("; padded to multiples of %d tokens" % args.bucket if args.bucket > 1 else "") +
+          ("; every shape run once before the requests" if args.warm_up else ""))
     header = ("variant", "batch", "workers", "p50 ms", "p99 ms", "p99/p50", "jitter p99", "tokens/s", "vs fp32",
               "1st req", "peak MB", "steady MB", "2nd-half growth", "cache entries",
               "model MB: fp32 / conversion peak / converted")
