@@ -19,9 +19,8 @@ from . import lists
 from .policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, mx_dtype
 
 __all__ = ["MODE_NODE", "is_mode_node", "rewrite_symbol", "rewrite_graph", "route_library_kernels",
-           "infer_entry_dtypes", "dtype_name",
-           "num_outputs", "assemble", "compact", "drop_rounding", "lp_input_dtypes", "with_var_dtypes",
-           "RewriteStats", "CAST_OPS", "TYPE_CODES"]
+           "infer_entry_dtypes", "dtype_name", "num_outputs", "assemble", "compact", "drop_rounding",
+           "lp_input_dtypes", "with_var_dtypes", "RewriteStats", "CAST_OPS", "TYPE_CODES"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")

@@ -41,8 +41,9 @@ from .groups import GPU_BUILD_ONLY, PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "neutral_kernels", "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding", "natively_fed_ops",
-           "native_evidence", "cpu_op_evidence", "BAD_VERDICTS",
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "cpu_class_plan", "native_substitutes",
+           "is_library_kernel", "commutes_with_rounding", "natively_fed_ops", "native_evidence", "cpu_op_evidence",
+           "BAD_VERDICTS",
            "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
            "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "upstream_lists",
            "symbol_fp16", "symbol_bf16"]
