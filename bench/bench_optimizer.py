@@ -1,6 +1,6 @@
 """Optimizer update time for ResNet-50-sized parameters: mxnet.amp's fused update vs MXNet's, vs a copy.
 
-The 161 parameters of ResNet-50 v1 (25.6 M float32 values, shapes from the gluon model zoo) get one update
+The 299 parameter arrays of ResNet-50 v1 (25.6 M float32 values, shapes from the gluon model zoo) get one update
 per call, for each rule:
 - ``mxnet``: what ``gluon.Trainer`` calls: ``multi_sgd_update`` / ``multi_sgd_mom_update`` in groups of 4
   (``MXNET_OPTIMIZER_AGGREGATION_SIZE``), ``adam_update`` and ``contrib.adamw_update`` per parameter;
@@ -12,7 +12,11 @@ per call, for each rule:
 Prints seconds per update, GB/s of touched bytes and the ratios ours / copy (issue 15: at most 1.3) and
 mxnet / ours. Results are the same bit for bit (tests/python/unittest/test_fused_update.py).
 
-Usage: python bench/bench_optimizer.py [--repeat 5]
+``--step`` times the whole ``trainer.step`` over the same parameters instead: a plain ``gluon.Trainer``
+against one given to ``amp.init_trainer`` after ``amp.init("bfloat16")`` (the finite check, the loss scaler and
+the fused update; float32 parameters as in AMP training), for SGD with momentum and Adam, each step waited for.
+
+Usage: python bench/bench_optimizer.py [--repeat 5] [--step]
 """
 import argparse
 import os
@@ -91,15 +95,56 @@ def update_variants(rule, shapes):
     return {"mxnet": theirs, "mxnet.amp": ours}
 
 
+def step_variants(optimizer, shapes):
+    """``trainer.step`` of a plain trainer and of an AMP one over parameters of ``shapes``, gradients fresh."""
+    from mxnet import amp, gluon
+    rng = np.random.RandomState(0)
+    hyper = {"learning_rate": 1e-3, "wd": 1e-4, **({"momentum": 0.9} if optimizer == "sgd" else {})}
+
+    def one(wrapped):
+        params = []
+        for i, shape in enumerate(shapes):
+            param = gluon.Parameter("p%d" % i, shape=shape)
+            param.initialize(mx.init.Normal(0.01), ctx=mx.cpu())
+            params.append(param)
+        trainer = gluon.Trainer(params, optimizer, hyper)
+        if wrapped:
+            amp.init_trainer(trainer)
+        for param in params:  # a gradient's values never change how long an update takes
+            param.grad()[:] = rng.randn(*param.shape).astype(np.float32) * 0.01
+
+        def step():
+            for param in params:
+                param.list_data()[0]._fresh_grad = True  # as backward leaves it
+            trainer.step(1)
+            mx.nd.waitall()
+        step()  # the first step lays out the optimizer states and AMP's buffers
+        return step
+
+    return {"gluon.Trainer": one(False), "amp.init_trainer": one(True)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--step", action="store_true", help="time the whole trainer.step, plain against AMP")
     args = parser.parse_args()
     cpu_banner()
+    if args.step:
+        from mxnet import amp
+        amp.init(target_dtype="bfloat16")  # before any block is built, as a training script does
     shapes = resnet50_shapes()
     values = sum(int(np.prod(s)) for s in shapes)
     print("%d parameters, %.1f M float32 values; library CPU kernels: %s" % (len(shapes), values / 1e6,
                                                                           _ext.cpu_isa()))
+    if args.step:
+        print("%-8s | %18s | %21s | %s" % ("rule", "gluon.Trainer ms", "amp.init_trainer ms", "plain / amp"))
+        for optimizer in ("sgd", "adam"):
+            times = best_of(step_variants(optimizer, shapes), args.repeat)
+            print("%-8s | %18.2f | %21.2f | %.2fx" % (
+                "sgd_mom" if optimizer == "sgd" else optimizer, 1e3 * times["gluon.Trainer"],
+                1e3 * times["amp.init_trainer"], times["gluon.Trainer"] / times["amp.init_trainer"]))
+        return
     print("%-8s | %12s | %12s | %12s | %9s | %9s | %s" % ("rule", "copy ms", "mxnet ms", "mxnet.amp ms",
                                                         "amp/copy", "mxnet/amp", "GB/s (copy, mxnet, amp)"))
     for rule, touched in _TOUCHED.items():
