@@ -116,20 +116,24 @@ import mxnet as mx
 import numpy as np
 from mxnet.amp import _ext
 rng = np.random.RandomState(0)
+def uniform(*shape, low=-1):
+    return mx.nd.array(rng.uniform(low, 1, shape).astype(np.float32))
+inputs = [(uniform(32, 256), uniform(64, 256), uniform(4, 16, 2, 2), uniform(8, 16, 3, 3), uniform(8, 16, 32, 32),
+           uniform(16, low=0.5), uniform(16)) for _ in range(8)]
+mx.nd.waitall()
 outs = []
-for i in range(8):  # independent ops: with two engine workers, two run at once
-    x = mx.nd.array(rng.uniform(-1, 1, (32, 256)).astype(np.float32))
-    w = mx.nd.array(rng.uniform(-1, 1, (64, 256)).astype(np.float32))
-    d = mx.nd.array(rng.uniform(-1, 1, (4, 16, 2, 2)).astype(np.float32))
-    k = mx.nd.array(rng.uniform(-1, 1, (8, 16, 3, 3)).astype(np.float32))
+for x, w, d, k, e, g, b in inputs:  # independent ops, pushed at once: with two engine workers, two run at once
     outs.append(mx.nd.amp_fully_connected(x, w, num_hidden=64, no_bias=True))
     outs.append(mx.nd.amp_convolution(d, k, kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True))
+    outs.append(mx.nd.amp_batch_norm(e, g, b, mx.nd.zeros(16), mx.nd.ones(16), mx.nd.zeros((1,)),
+                                     fix_gamma=False)[0])  # training mode: the batch's statistics
 print(json.dumps({"threads": _ext.onednn_threads(), "outs": [o.asnumpy().ravel().tolist() for o in outs]}))
 """
 
 
 @requires_onednn3
 def test_engine_workers_share_the_cores_and_get_the_same_results():
+    """Matrix products, convolutions and BatchNorm, with one and with two engine workers."""
     runs = {}
     for workers in (1, 2):
         env = dict(os.environ, MXNET_CPU_WORKER_NTHREADS=str(workers))

@@ -5,10 +5,9 @@
  *
  * Threads: oneDNN sizes its parallel regions by omp_get_max_threads() of the calling thread, which is 1 in
  * MXNet's engine threads unless OMP_NUM_THREADS is set (MXNet's own kernels ask for their team explicitly).
- * Each call runs (and its primitive is created) with a team set for it, restored afterwards:
- * MXNET_AMP_ONEDNN_THREADS=<n> if set, else OMP_NUM_THREADS, else the cores divided among the library calls
- * running when it starts (MXNET_CPU_WORKER_NTHREADS engine workers may run several at once): busy workers share
- * the cores, and a worker alone gets them all. The team size is part of each cached primitive's key.
+ * Each call runs (and its primitive is created) with a team set for it, restored afterwards (CallTeam,
+ * kernels/team.h): the cores divided among the library calls running. The team size is part of each cached
+ * primitive's key.
  *
  * Primitives are cached per problem (the call's description without its data pointers): a model runs the
  * same few shapes over and over, and creating a primitive costs far more than running a small one. Each kind
@@ -41,18 +40,16 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "../kernels/team.h"
 
 namespace mxnet_amp_onednn {
 
 constexpr int kFloat32 = 0;
 constexpr int kBfloat16 = 12;
 
-// A positive integer from the environment, or 0.
-inline int env_threads(const char* name) {
-  const char* env = std::getenv(name);
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n > 0 ? n : 0;
-}
+using mxnet_amp::CallTeam;
+using mxnet_amp::env_threads;
+using mxnet_amp::team_threads;
 
 /*! \brief Entries per kind of primitive: MXNET_AMP_ONEDNN_CACHE_SIZE if set (at least 1), else 256. */
 inline size_t cache_capacity() {
@@ -93,70 +90,6 @@ inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memor
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
   return dnnl::memory::desc(dims, type, strides);
 }
-
-/*!
- * \brief The cores the library's calls share: MXNET_AMP_ONEDNN_THREADS, else OMP_NUM_THREADS, else every core.
- */
-inline int total_threads() {
-  static const int threads = [] {
-    const int own = env_threads("MXNET_AMP_ONEDNN_THREADS");
-    const int omp = env_threads("OMP_NUM_THREADS");
-    return own > 0 ? own : omp > 0 ? omp : std::max(1, omp_get_num_procs());
-  }();
-  return threads;
-}
-
-/*! \brief Whether the team size was fixed by MXNET_AMP_ONEDNN_THREADS or OMP_NUM_THREADS (never divided). */
-inline bool fixed_team() {
-  static const bool fixed = env_threads("MXNET_AMP_ONEDNN_THREADS") > 0 || env_threads("OMP_NUM_THREADS") > 0;
-  return fixed;
-}
-
-/*! \brief The library calls running now, in all of MXNet's engine workers. */
-inline std::atomic<int>& running_calls() {
-  static std::atomic<int> running{0};
-  return running;
-}
-
-/*!
- * \brief The OpenMP team of a call starting now: total_threads(), divided among the calls running (this one
- *        included) unless the team was fixed, at least 1.
- */
-inline int team_threads(int running) {
-  return fixed_team() ? total_threads() : std::max(1, total_threads() / std::max(1, running));
-}
-
-class TeamSize {
- public:
-  explicit TeamSize(int threads) : saved_(omp_get_max_threads()), set_(threads != saved_) {
-    if (set_) omp_set_num_threads(threads);
-  }
-  ~TeamSize() {
-    if (set_) omp_set_num_threads(saved_);
-  }
-  TeamSize(const TeamSize&) = delete;
-  TeamSize& operator=(const TeamSize&) = delete;
-
- private:
-  int saved_;
-  bool set_;
-};
-
-/*!
- * \brief One library call, counted in running_calls() while it lives, with its OpenMP team set (before its
- *        primitive is created or looked up: oneDNN splits work by the team size it is created with).
- */
-class CallTeam {
- public:
-  CallTeam() : running_(++running_calls()), team_(team_threads(running_)) {}
-  ~CallTeam() { --running_calls(); }
-  CallTeam(const CallTeam&) = delete;
-  CallTeam& operator=(const CallTeam&) = delete;
-
- private:
-  int running_;
-  TeamSize team_;
-};
 
 /*! \brief Counters of the primitive caches and scratch buffers (all kinds, all threads). */
 struct CacheCounters {

@@ -16,9 +16,9 @@
  * (channels,)), which the backward reads.
  * Backward: inputs [dy, dmean, dinvstd, the 6 inputs, the 3 outputs], outputs [dx, dgamma, dbeta, then zeros for
  * the statistics and the mode].
+ * Threads: each call's OpenMP team is the cores divided among the library calls running (kernels/team.h, as the
+ * oneDNN 3 kernels').
  */
-#include <omp.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +27,7 @@
 
 #include "glue.h"
 #include "../kernels/batch_norm.h"
+#include "../kernels/team.h"
 
 namespace mxnet_amp {
 namespace {
@@ -34,6 +35,7 @@ namespace {
 constexpr char kBatchNorm[] = "amp_batch_norm";
 constexpr int kInputs = 6, kOutputs = 3;
 enum Input { kData = 0, kGamma, kBeta, kMovingMean, kMovingVar, kMode };
+constexpr const char* kRoles[kInputs] = {"data", "gamma", "beta", "moving_mean", "moving_var", "mode"};
 
 struct BatchNormParams {
   float eps = 1e-3f, momentum = 0.9f;
@@ -88,13 +90,6 @@ bool bn_shape(const BatchNormParams& p, const std::vector<int64_t>& dims, BatchN
   return true;
 }
 
-// MXNet's own kernels' team: OMP_NUM_THREADS when set, else every core.
-int team() {
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n > 0 ? n : omp_get_num_procs();
-}
-
 MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
   BatchNormParams p;
   if (!parse_bn(attrs, &p)) return MX_FAIL;
@@ -109,7 +104,6 @@ MXReturnValue mutate_inputs(const Attrs& attrs, std::vector<int>* indices) {
 }
 
 MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
-  static const char* const kRoles[] = {"data", "gamma", "beta", "moving_mean", "moving_var", "mode"};
   int& data = (*in)[kData];
   if (data == -1) data = kFloat32;
   if (data != kFloat32 && data != kFloat16 && data != kBfloat16) {
@@ -131,7 +125,6 @@ MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<i
 }
 
 MXReturnValue infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
-  static const char* const kRoles[] = {"data", "gamma", "beta", "moving_mean", "moving_var", "mode"};
   BatchNormParams p;
   if (!parse_bn(attrs, &p)) return MX_FAIL;
   const std::vector<int64_t> dims((*in)[kData].begin(), (*in)[kData].end());
@@ -182,7 +175,8 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   a.eps = p.eps;
   a.momentum = p.momentum;
   a.training = training(p, (*inputs)[kMode]);
-  a.threads = team();
+  const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
+  a.threads = team.threads();
   cpu_batch_norm_forward(a);
   return MX_SUCCESS;
 }
@@ -207,7 +201,8 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   a.dgamma = (*outputs)[kGamma].data<float>();
   a.dbeta = (*outputs)[kBeta].data<float>();
   a.training = training(p, in[kOutputs + kMode]);
-  a.threads = team();
+  const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
+  a.threads = team.threads();
   cpu_batch_norm_backward(a);
   return MX_SUCCESS;
 }
