@@ -20,14 +20,12 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import child_json  # noqa: E402
+from timing import best_of, child_json  # noqa: E402
 
 EVIDENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "mxnet", "amp", "lists",
                         "cpu_op_evidence.json")
@@ -74,17 +72,12 @@ def measure(repeat):
     for label, op, shape, attrs in CASES:
         sym, args, feed = _graph(op, shape, attrs)
         plans = ("native", "emulated") if native_support("bfloat16", "cpu") else ("emulated",)
-        exes = {}
+        calls = {}
         for plan in plans:
             out = convert(sym, args, {}, "bfloat16", cast_params_offline=True, emulate=plan == "emulated")
-            exes[plan] = out.symbol.bind(mx.cpu(), dict(out.arg_params, **feed), grad_req="null")
-            exes[plan].forward(is_train=False)[0].wait_to_read()
-        best = dict.fromkeys(plans, float("inf"))
-        for _ in range(repeat):
-            for plan, exe in exes.items():
-                start = time.perf_counter()
-                exe.forward(is_train=False)[0].wait_to_read()
-                best[plan] = min(best[plan], time.perf_counter() - start)
+            exe = out.symbol.bind(mx.cpu(), dict(out.arg_params, **feed), grad_req="null")
+            calls[plan] = lambda exe=exe: exe.forward(is_train=False)[0].wait_to_read()
+        best = best_of(calls, repeat, inner=1)
         rows.append(dict(label=label, op=op, **{"%s_ms" % p: round(1000 * t, 3) for p, t in best.items()}))
     return rows
 
