@@ -2,7 +2,7 @@
 
 For TOTAL float32 parameters split into 1, 100 and 10 000 tensors, times casting all of them to
 float16 and to bfloat16 with
-- fused:    mxnet.amp._ext.multi_cast (one op call, new output arrays)
+- fused:    mxnet.amp.core.ops.multi_cast (one op call, new output arrays)
 - fused out=: the same into preallocated outputs (the steady state of casting parameters each step;
             a fresh 200 MB output costs page faults that have nothing to do with the kernel)
 - builtin:  mx.nd.amp_cast per array (what casting a parameter list costs in MXNet 1.9.1)
@@ -17,14 +17,14 @@ import argparse
 import mxnet as mx
 import numpy as np
 
-from mxnet.amp import _ext
+from mxnet.amp.core import library, ops
 from timing import copy_seconds, split, timed
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 
 
 def fused(params, dtype, out=None):
-    outs = _ext.multi_cast(params, dtype, out=out)
+    outs = ops.multi_cast(params, dtype, out=out)
     mx.nd.waitall()
     return outs
 
@@ -51,7 +51,7 @@ def main():
     copy_gbs = copy_bandwidth(args.total, args.repeat)
     gbytes = 6.0 * args.total / 1e9
     print("mxnet.amp fused multi-tensor cast, %d float32 parameters, kernels: %s"
-          % (args.total, _ext.cpu_isa()))
+          % (args.total, library.cpu_isa()))
     print("copy bandwidth: %.1f GB/s" % copy_gbs)
     print("%8s %9s %9s %11s %11s %9s %10s %10s" % ("tensors", "to", "fused ms", "fused out=",
                                                      "builtin ms", "speed-up", "out= GB/s",

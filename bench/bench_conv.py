@@ -54,8 +54,8 @@ def _flops(batch, cin, size, cout, k, stride):
 def conv_table(shapes, repeat, train):
     import mxnet as mx
     from mxnet import autograd
-    from mxnet.amp import _ext
-    from mxnet.amp.policy import BFLOAT16
+    from mxnet.amp.core import library
+    from mxnet.amp.core.dtypes import BFLOAT16
     rng = np.random.RandomState(0)
     rows = []
     for label, batch, cin, size, cout, k, stride in shapes:
@@ -77,7 +77,7 @@ def conv_table(shapes, repeat, train):
             return step
         variants = {"mxnet fp32": call(mx.nd.Convolution, [x, w, b]),
                     "mxnet bf16": call(mx.nd.Convolution, low)}
-        if _ext.onednn()[0]:
+        if library.onednn()[0]:
             variants["ours bf16"] = call(mx.nd.amp_convolution, low)
             if not train:
                 variants["ours bf16+relu"] = call(mx.nd.amp_convolution, low, act_type="relu")

@@ -57,7 +57,7 @@ RATIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"
 def build(model, batch):
     """Return ``(symbol, arg_params, aux_params, {input: array})`` of a float32 model (random weights)."""
     import mxnet as mx
-    from mxnet.amp.convert import block_graph
+    from mxnet.amp.inference.blocks import block_graph
     mx.random.seed(0)
     if model == "resnet50":
         from mxnet.gluon.model_zoo import vision
@@ -118,7 +118,7 @@ def variant_graph(variant, sym, args, aux):
     if variant == "contrib bf16":
         from mxnet.contrib import amp as contrib_amp
         return contrib_amp.convert_model(sym, args, aux, target_dtype="bfloat16")
-    from mxnet.amp.convert import convert
+    from mxnet.amp.inference.convert import convert
     out = convert(sym, args, aux, "bfloat16", cast_params_offline=True,
                   fuse=False if variant == "ours bf16 unfused" else None,
                   kernels="mxnet" if variant == "ours bf16 mxnet kernels" else "auto",
@@ -181,9 +181,9 @@ def main(argv=None):
         result = time_variants(args.child[0], args.child[1].split(","), args.batch, args.repeat)
         print(json.dumps(result))
         return 0
-    from mxnet.amp import policy
-    from mxnet.amp import cpu
-    native, planned = policy.native_support("bfloat16", "cpu"), policy.plans_native("bfloat16", "cpu")
+    from mxnet.amp.core import support
+    from mxnet.amp.core import cpu
+    native, planned = support.native_support("bfloat16", "cpu"), support.plans_native("bfloat16", "cpu")
     klass = cpu.cpu_class()
     print("CPU class (%s) %s%s; the default bfloat16 plan here: %s" % (
         klass.name, klass.title, " (%s)" % cpu.stand_in() if cpu.stand_in() else "", "native kernels" if planned else
@@ -225,7 +225,7 @@ def record(ratios, command):
     ``ratios``: ``{(workload, plan): float32 time / bfloat16 time}``; bench_train_step.py records through it too.
     """
     import datetime
-    from mxnet.amp import cpu
+    from mxnet.amp.core import cpu
     if os.environ.get(cpu.CPUINFO_ENV):
         raise SystemExit("--record measures what the CPU runs, and %s only mocks its flags: unset it (--stand-in "
                          "runs a lower class)" % cpu.CPUINFO_ENV)

@@ -16,7 +16,7 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon.model_zoo import vision
 
-from mxnet.amp import layout
+from mxnet.amp.graph import layout
 from timing import timed
 
 

@@ -46,8 +46,8 @@ class _Matmul(ctypes.Structure):
 
 def direct_matmul(m, k, n):
     """A function running y = x W^T + b, bf16 (M, K) x (N, K), through oneDNN 3 with no MXNet op around it."""
-    from mxnet.amp import _ext
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(_ext.LIBRARY_PATH), "libmxnet_amp_onednn.so"))
+    from mxnet.amp.core import library
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(library.LIBRARY_PATH), "libmxnet_amp_onednn.so"))
     func = lib.mxnet_amp_onednn_matmul
     func.argtypes = [ctypes.POINTER(_Matmul), ctypes.c_char_p, ctypes.c_int]
     rng = np.random.RandomState(0)
@@ -68,9 +68,9 @@ def direct_matmul(m, k, n):
 
 def fc_table(repeat, tokens):
     import mxnet as mx
-    from mxnet.amp import _ext
-    from mxnet.amp.policy import BFLOAT16
-    have_ours = _ext.onednn()[0]
+    from mxnet.amp.core import library
+    from mxnet.amp.core.dtypes import BFLOAT16
+    have_ours = library.onednn()[0]
     rng = np.random.RandomState(0)
     rows = []
     for label, k, n in FC_SHAPES:
@@ -88,8 +88,8 @@ def fc_table(repeat, tokens):
 
 def attention_table(repeat, batch):
     import mxnet as mx
-    from mxnet.amp import _ext
-    from mxnet.amp.policy import BFLOAT16
+    from mxnet.amp.core import library
+    from mxnet.amp.core.dtypes import BFLOAT16
     rng = np.random.RandomState(0)
     rows = []
     for label, heads, d in ATTENTION_SHAPES:
@@ -101,7 +101,7 @@ def attention_table(repeat, batch):
                 ("%s context AV" % label, (att, q), {}, 2.0 * batch * heads * SEQ * SEQ * d)):
             low = tuple(qb if a is q else attb for a in args)
             variants = {"mxnet fp32": lambda: mx.nd.batch_dot(*args, **kw).wait_to_read()}
-            if _ext.onednn()[0]:
+            if library.onednn()[0]:
                 variants["ours bf16"] = lambda: mx.nd.amp_batch_dot(*low, **kw).wait_to_read()
             seconds = best_of(variants, repeat)
             rows.append((what, {v: flops / s / 1e9 for v, s in seconds.items()}))

@@ -26,7 +26,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon.model_zoo import vision
 
-from mxnet.amp import _ext
+from mxnet.amp.core import library, ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import best_of, cpu_banner, split  # noqa: E402
@@ -55,7 +55,7 @@ def copy_variants(floats):
         dst.wait_to_read()
 
     def lib_copy():
-        _ext.multi_cast(srcs, "float32", out=dsts)
+        ops.multi_cast(srcs, "float32", out=dsts)
         dst.wait_to_read()
 
     return {"numpy": lambda: np.copyto(dst_np, src_np), "mxnet copyto": mx_copy, "parallel copy": lib_copy}
@@ -65,13 +65,13 @@ def update_variants(rule, shapes):
     rng = np.random.RandomState(0)
     weights = [mx.nd.array(rng.randn(*s).astype(np.float32) * 0.01) for s in shapes]
     grads = [mx.nd.array(rng.randn(*s).astype(np.float32) * 0.01) for s in shapes]
-    states = [tuple(mx.nd.zeros(s) for _ in _ext.UPDATE_RULES[rule]) for s in shapes]
+    states = [tuple(mx.nd.zeros(s) for _ in ops.UPDATE_RULES[rule]) for s in shapes]
     n = len(shapes)
     lrs, wds = [1e-3] * n, [1e-4] * n
     flag, scaler = mx.nd.ones((1,)), mx.nd.array([1.0, 0, 0, 0, 0, 0], dtype=np.float64)
 
     def ours():
-        _ext.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, grads, states)], flag, scaler, lrs, wds,
+        ops.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, grads, states)], flag, scaler, lrs, wds,
                           etas=lrs, momentum=0.9).wait_to_read()
 
     def theirs():
@@ -136,7 +136,7 @@ def main():
     shapes = resnet50_shapes()
     values = sum(int(np.prod(s)) for s in shapes)
     print("%d parameters, %.1f M float32 values; library CPU kernels: %s" % (len(shapes), values / 1e6,
-                                                                          _ext.cpu_isa()))
+                                                                          library.cpu_isa()))
     if args.step:
         print("%-8s | %18s | %21s | %s" % ("rule", "gluon.Trainer ms", "amp.init_trainer ms", "plain / amp"))
         for optimizer in ("sgd", "adam"):

@@ -58,7 +58,7 @@ def _child(model, config, epochs):
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
-    from mxnet.amp.demo import build_cnn, load_digits_split
+    from mxnet.amp.cli.demo import build_cnn, load_digits_split
     amp_mod = None
     if config == "contrib_bf16":
         from mxnet.contrib import amp as amp_mod

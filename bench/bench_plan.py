@@ -66,8 +66,8 @@ def _graph(op, shape, attrs):
 def measure(repeat):
     """Time every case's two plans in this process: ``[{label, op, native_ms, emulated_ms}]``."""
     import mxnet as mx
-    from mxnet.amp.convert import convert
-    from mxnet.amp.policy import native_support
+    from mxnet.amp.inference.convert import convert
+    from mxnet.amp.core.support import native_support
     rows = []
     for label, op, shape, attrs in CASES:
         sym, args, feed = _graph(op, shape, attrs)
@@ -83,7 +83,7 @@ def measure(repeat):
 
 
 def _run_class(name, repeat):
-    from mxnet.amp import cpu
+    from mxnet.amp.core import cpu
     env = dict(os.environ, **cpu.stand_in_env(name))
     for key in ("MXNET_AMP_EMULATE", cpu.CPUINFO_ENV):
         env.pop(key, None)
@@ -92,7 +92,7 @@ def _run_class(name, repeat):
 
 def record(results, command):
     """Replace the measured classes' rows of cpu_op_evidence.json."""
-    from mxnet.amp import cpu
+    from mxnet.amp.core import cpu
     with open(EVIDENCE) as f:
         data = json.load(f)
     for name, result in results.items():
@@ -112,7 +112,8 @@ def main(argv=None):
     parser.add_argument("--record", action="store_true", help="write the rows into lists/cpu_op_evidence.json")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from mxnet.amp import cpu, lists
+    from mxnet.amp import lists
+    from mxnet.amp.core import cpu
     if args.child:
         print(json.dumps({"rows": measure(args.repeat), "cpu": "%s, %d cores%s" % (
             cpu.model_name(), os.cpu_count(), ", %s" % cpu.stand_in() if cpu.stand_in() else "")}))

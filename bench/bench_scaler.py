@@ -31,8 +31,8 @@ from mxnet import autograd, gluon
 from mxnet.contrib.amp import amp as contrib_amp
 from mxnet.gluon.model_zoo import vision
 
-from mxnet.amp import trainer as amp_trainer
-from mxnet.amp.fused_update import FusedUpdater
+from mxnet import amp
+from mxnet.amp.training.fused_update import FusedUpdater
 
 
 def resnet18():
@@ -67,8 +67,8 @@ def make_step(build, variant):
     net, x = build()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-4, "momentum": 0.9})
     if variant in ("amp", "amp-sync"):
-        amp_trainer.init_trainer(trainer, fused=variant == "amp")
-        scale = amp_trainer.scale_loss
+        amp.init_trainer(trainer, fused=variant == "amp")
+        scale = amp.scale_loss
     elif variant == "plain-fused":
         fused_step = _fused_without_amp(trainer)
     elif variant == "contrib":

@@ -14,7 +14,7 @@ of the first request at a new length (its latency over the median of the later r
 RSS (VmHWM), steady-state RSS (at the end), RSS growth over the second half of the requests (the median RSS of
 the last quarter of the requests against that of the second quarter: a request's own tensors come and go with
 its length, a leak or an unbounded cache stays), the library's
-oneDNN 3 cache entries (``_ext.onednn_cache``), and the memory of the conversion: RSS with the float32 model
+oneDNN 3 cache entries (``library.onednn_cache``), and the memory of the conversion: RSS with the float32 model
 loaded and run once, the peak while converting, and RSS once the float32 model is dropped.
 
 ``--env KEY=VALUE`` (repeatable) sets an environment variable in every child: how the service settings of
@@ -74,7 +74,7 @@ def serve(variant, batch, layers, mix, bucket=1, warm_up=False):
     With ``warm_up`` every shape the requests will have is run once before the first request, as a service
     does at start-up."""
     import mxnet as mx
-    from mxnet.amp import _ext
+    from mxnet.amp.core import library
     import gc
     net = _model(layers)
     example = mx.nd.array(np.random.RandomState(1).uniform(-1, 1, (batch, 16, UNITS)).astype(np.float32))
@@ -112,7 +112,7 @@ def serve(variant, batch, layers, mix, bucket=1, warm_up=False):
             "tokens_per_s": batch * sum(mix) / sum(latency), "memory": memory,
             "first_request_x": statistics.median(first_cost) if first_cost else float("nan"),
             "peak_rss_mb": _rss_mb("VmHWM"), "steady_rss_mb": rss[-1],
-            "second_half_growth": _growth(rss), "cache": _ext.onednn_cache()}
+            "second_half_growth": _growth(rss), "cache": library.onednn_cache()}
 
 
 def _growth(rss):

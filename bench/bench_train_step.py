@@ -99,7 +99,7 @@ def build(model, batch, size):
     from mxnet import gluon
     mx.random.seed(0)
     if model == "encoder":
-        from mxnet.amp import adamw  # noqa: F401  (registers the optimizer)
+        from mxnet.amp.training import adamw  # noqa: F401  (registers the optimizer)
         from bench_inference import _encoder
         net = gluon.nn.HybridSequential()
         for _ in range(ENCODER_LAYERS):
@@ -279,7 +279,7 @@ def main():
             print("%-14s %12s %16s  %s" % (config, "failed", "-", errors.get(config, "")))
     if args.record and base and results["amp_bf16"]:
         from bench_inference import record
-        from mxnet.amp.policy import plans_native
+        from mxnet.amp.core.support import plans_native
         workload = ("ResNet-18 training step, %dx3x%dx%d, SGD momentum" % (args.batch, args.size, args.size)
                     if args.model == "resnet18" else "encoder training step, %dx%dx768, AdamW" % (args.batch,
                                                                                                  ENCODER_SEQ))

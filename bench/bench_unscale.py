@@ -1,7 +1,7 @@
 """Fused unscale + finite check vs MXNet's builtin path vs a plain copy of the same bytes.
 
 For TOTAL float32 gradients split into 1, 100 and 10 000 tensors, times:
-- fused:    mxnet.amp._ext.unscale_and_check (one op: reads each gradient once, scales in place)
+- fused:    mxnet.amp.core.ops.unscale_and_check (one op: reads each gradient once, scales in place)
 - builtin:  multi_all_finite in chunks of 200 arrays (as mxnet.contrib.amp does) + ``g *= inv_scale``
             per gradient
 - copy:     the faster of MXNet ``copyto`` and ``numpy.copyto`` of one buffer of the same size
@@ -18,14 +18,14 @@ import argparse
 import mxnet as mx
 import numpy as np
 
-from mxnet.amp import _ext
+from mxnet.amp.core import library, ops
 from timing import copy_seconds, split, timed
 
 CHUNK = 200  # arrays per multi_all_finite call in mxnet.contrib.amp
 
 
 def fused(grads, inv_scale):
-    flag = _ext.unscale_and_check(grads, inv_scale)
+    flag = ops.unscale_and_check(grads, inv_scale)
     return flag.asnumpy()[0]
 
 
@@ -49,7 +49,7 @@ def main():
     gbytes = 2 * 4 * args.total / 1e9  # one read + one write of every gradient byte
     t_copy = copy_seconds(args.total, args.repeat)
     print("mxnet.amp fused unscale+check, %d float32 gradients (%.1f MB), kernels: %s"
-          % (args.total, 4 * args.total / 1e6, _ext.cpu_isa()))
+          % (args.total, 4 * args.total / 1e6, library.cpu_isa()))
     print("copy of the same bytes: %.1f ms (%.1f GB/s)" % (1e3 * t_copy, gbytes / t_copy))
     print("%8s %10s %10s %12s %10s %10s %10s %11s %10s" % (
         "tensors", "fused ms", "call ms", "builtin ms", "speed-up", "fused GB/s", "% of copy", "trainer ms",

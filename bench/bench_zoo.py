@@ -125,8 +125,8 @@ def main(argv=None):
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.repeat, args.bn_stats)))
         return 0
-    from mxnet.amp import policy
-    print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if policy.native_support("bfloat16", "cpu")
+    from mxnet.amp.core import support
+    print("bfloat16 on this CPU: %s" % ("native oneDNN kernels (AVX-512)" if support.native_support("bfloat16", "cpu")
                                         else "emulated (no AVX-512): deviations only, speed is not bf16's"))
     print("BatchNorm statistics: %s; batch 1, best of %d" % (args.bn_stats, args.repeat))
     print("%-28s %-13s | %-22s | %-22s | %s" % ("model", "kind", "mxnet.amp dev / vs fp32",

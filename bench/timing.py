@@ -63,7 +63,7 @@ def apply_stand_in(class_name):
     before any oneDNN primitive is created (oneDNN reads its ISA cap then)."""
     if class_name:
         import os
-        from mxnet.amp import cpu
+        from mxnet.amp.core import cpu
         os.environ.update(cpu.stand_in_env(class_name))
 
 
@@ -72,15 +72,15 @@ def cpu_banner():
     return whether the CPU runs avx512_bf16 (its class, stand-ins included, is (c) or (d))."""
     import os
     import mxnet as mx
-    from mxnet.amp import _ext, cpu
-    from mxnet.amp.policy import native_support
+    from mxnet.amp.core import cpu, library
+    from mxnet.amp.core.support import native_support
     flags, klass = cpu.flags(), cpu.cpu_class()
     print("CPU: %s, class (%s) %s%s; avx512_bf16 %s, amx_bf16 %s; %d cores; load %.1f" % (
         cpu.model_name(), klass.name, klass.title, " (%s)" % cpu.stand_in() if cpu.stand_in() else "",
         "yes" if "avx512_bf16" in flags else "no", "yes" if "amx_bf16" in flags else "no", os.cpu_count(),
         os.getloadavg()[0]))
     print("MXNet %s; bfloat16 natively: %s; this project's kernels: %s; MXNET_AMP_ONEDNN_THREADS=%s" % (
-        mx.__version__, native_support("bfloat16", "cpu"), _ext.onednn()[1],
+        mx.__version__, native_support("bfloat16", "cpu"), library.onednn()[1],
         os.environ.get("MXNET_AMP_ONEDNN_THREADS", "(unset)")))
     return klass.name in ("c", "d")
 

@@ -40,14 +40,14 @@ expect_cuda=$(command -v nvcc >/dev/null && echo 1 || echo 0)
 (cd / && "$venv/bin/python" - "$expect_cuda" <<'PY'
 import sys
 import mxnet as mx
-from mxnet.amp import _ext
+from mxnet.amp.core import library
 cuda = mx.runtime.Features().is_enabled("CUDA")
 print("GPU-wheel tier: MXNet %s, CUDA %s, %d GPUs; libmxnet.so unchanged; library %s, CUDA kernels %s" % (
-    mx.__version__, "on" if cuda else "OFF", mx.context.num_gpus(), _ext.LIBRARY_PATH,
-    "built" if _ext.cuda_kernels() else "not built"))
+    mx.__version__, "on" if cuda else "OFF", mx.context.num_gpus(), library.LIBRARY_PATH,
+    "built" if library.cuda_kernels() else "not built"))
 assert cuda, "the GPU wheel lost its CUDA build"
-assert _ext.cuda_kernels() == (sys.argv[1] == "1"), "CUDA kernels built: %s, nvcc here: %s" % (
-    _ext.cuda_kernels(), sys.argv[1])
+assert library.cuda_kernels() == (sys.argv[1] == "1"), "CUDA kernels built: %s, nvcc here: %s" % (
+    library.cuda_kernels(), sys.argv[1])
 PY
 )
 echo "GPU-wheel tier: set up in $(( $(date +%s) - start )) s"

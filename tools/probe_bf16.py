@@ -36,7 +36,9 @@ import argparse
 import json
 import os
 
-from mxnet.amp.probe import DTYPES, EVIDENCE_VERDICTS, VALUE_TOLERANCE, op_groups, probe, probe_values
+from mxnet.amp.cli.probe import op_groups, probe, probe_values
+
+from mxnet.amp.cli.probe_specs import DTYPES, EVIDENCE_VERDICTS, VALUE_TOLERANCE
 
 
 def main():
@@ -77,17 +79,17 @@ def _main_values(args, parser):
     import platform
     import mxnet as mx
     from mxnet.amp import lists
-    from mxnet.amp.policy import native_support
+    from mxnet.amp.core.support import native_support
     if not native_support("bfloat16", "cpu"):
         parser.error("--values needs a CPU where oneDNN runs bfloat16 (AVX-512); this one would only "
                      "report oneDNN's missing primitives")
-    from mxnet.amp import _ext
+    from mxnet.amp.core import library
     recorded_bad = set()
     if args.out and os.path.exists(args.out):  # probe the ops found bad before again: kernels get fixed
         with open(args.out) as f:
             recorded_bad = {op for run in json.load(f)["runs"] for op, row in run["ops"].items()
                             if row["verdict"] in lists.BAD_VERDICTS}
-    fed = lists.natively_fed_ops("bfloat16", "cpu") - set(_ext.OP_NAMES)  # ours: test_kernels.py
+    fed = lists.natively_fed_ops("bfloat16", "cpu") - set(library.OP_NAMES)  # ours: test_kernels.py
     asked = args.ops.split(",") if args.ops else sorted(fed | recorded_bad)
     try:
         rows = probe_values(asked)

@@ -17,7 +17,7 @@ def _reason(report):
 def pytest_terminal_summary(terminalreporter):
     """Print the skipped tests grouped by reason (count, files), and the CPU class of this machine."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
-    from mxnet.amp import cpu
+    from mxnet.amp.core import cpu
     klass = cpu.cpu_class()
     terminalreporter.section("what did not run here")
     terminalreporter.write_line("machine: %s, CPU class (%s) %s: bfloat16 %s; %d cores" % (

@@ -9,11 +9,11 @@ import sys
 
 #: command name -> (module, one-line help)
 COMMANDS = {
-    "demo": ("mxnet.amp.demo", "train a small CNN on the digits data set with AMP next to fp32"),
-    "lists": ("mxnet.amp.lists_cli", "show the operator categories, or one operator's category and why"),
-    "doctor": ("mxnet.amp.doctor", "find the ops and gradients that overflow or underflow in low precision"),
-    "hardware": ("mxnet.amp.hardware", "which low precision dtypes and ops run natively on this machine"),
-    "convert": ("mxnet.amp.convert_cli", "convert a saved float32 model to float16/bfloat16 and report what changed"),
+    "demo": ("mxnet.amp.cli.demo", "train a small CNN on the digits data set with AMP next to fp32"),
+    "lists": ("mxnet.amp.cli.lists", "show the operator categories, or one operator's category and why"),
+    "doctor": ("mxnet.amp.cli.doctor", "find the ops and gradients that overflow or underflow in low precision"),
+    "hardware": ("mxnet.amp.cli.hardware", "which low precision dtypes and ops run natively on this machine"),
+    "convert": ("mxnet.amp.cli.convert", "convert a saved float32 model to float16/bfloat16 and report what changed"),
 }
 
 

@@ -22,7 +22,7 @@ def _mlp():
 
 
 def test_float16_mlp_matches_numpy_reference():
-    from mxnet.amp.convert import convert_hybrid_block
+    from mxnet.amp.inference.blocks import convert_hybrid_block
     net = _mlp()
     x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (3, 8)), ctx=mx.gpu(0))
     low = convert_hybrid_block(net, x, "float16", cast_params_offline=True, ctx=mx.gpu(0))
@@ -40,7 +40,7 @@ def test_float16_mlp_matches_numpy_reference():
 
 
 def test_float16_cnn_with_batchnorm_close_to_fp32():
-    from mxnet.amp.convert import convert_hybrid_block
+    from mxnet.amp.inference.blocks import convert_hybrid_block
     net = nn.HybridSequential()
     net.add(nn.Conv2D(8, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"), nn.GlobalAvgPool2D(), nn.Dense(5))
     net.initialize(mx.init.Xavier(), ctx=mx.gpu(0))

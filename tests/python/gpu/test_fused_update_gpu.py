@@ -10,13 +10,13 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp import _ext
-from mxnet.amp.adamw import bias_correction
-from mxnet.amp.device_scaler import decode, encode
-from mxnet.amp.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
-from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss
+from mxnet.amp.core import library, ops
+from mxnet.amp.training.adamw import bias_correction
+from mxnet.amp.training.device_scaler import decode, encode
+from mxnet.amp.training.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss
 
-pytestmark = pytest.mark.skipif(mx.context.num_gpus() == 0 or not _ext.cuda_kernels(),
+pytestmark = pytest.mark.skipif(mx.context.num_gpus() == 0 or not library.cuda_kernels(),
                                 reason="needs a GPU build of MXNet and libmxnet_amp built with -DMXNET_AMP_CUDA=ON")
 
 SHAPES = [(30, 7), (1000,), (300001,)]  # the last one spans several chunks and launches
@@ -49,13 +49,13 @@ def test_fused_update_on_gpu_matches_mxnets_gpu_optimizers(rule):
                 mx.nd.adam_update(theirs[i], grads[i], states[2][i], states[3][i], out=theirs[i], lr=step_lrs[i],
                                   wd=wds[i], rescale_grad=0.125)
             params = list(zip(ours, grads, states[0], states[1]))
-        applied = _ext.multi_update(rule, params, mx.nd.ones((1,), ctx=ctx), _state(ctx, 2.0), step_lrs, wds,
+        applied = ops.multi_update(rule, params, mx.nd.ones((1,), ctx=ctx), _state(ctx, 2.0), step_lrs, wds,
                                     rescale_grad=0.25, momentum=0.9)
         assert applied.asnumpy()[0] == 1.0
     for got, want in zip(ours, theirs):
         np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-6, atol=1e-7)
     before = [w.asnumpy() for w in ours]
-    applied = _ext.multi_update(rule, params, mx.nd.zeros((1,), ctx=ctx), _state(ctx), step_lrs, wds, momentum=0.9)
+    applied = ops.multi_update(rule, params, mx.nd.zeros((1,), ctx=ctx), _state(ctx), step_lrs, wds, momentum=0.9)
     assert applied.asnumpy()[0] == 0.0
     for got, want in zip(ours, before):
         np.testing.assert_array_equal(got.asnumpy(), want)
@@ -66,7 +66,7 @@ def test_scaler_state_on_gpu_follows_next_state_exactly():
     host, device = ScalerState(scale=8.0), mx.nd.array(encode(ScalerState(scale=8.0)), ctx=mx.gpu(0),
                                                         dtype=np.float64)
     for finite in [True, True, False, False, False, True]:
-        scale = _ext.scaler_update(device, mx.nd.array([float(finite)], ctx=mx.gpu(0)), config)
+        scale = ops.scaler_update(device, mx.nd.array([float(finite)], ctx=mx.gpu(0)), config)
         host = next_state(config, host, finite)
         assert decode(device.asnumpy()) == host and scale.asnumpy()[0] == host.scale
 

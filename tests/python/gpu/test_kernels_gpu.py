@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet.amp import _ext
+from mxnet.amp.core import ops
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 
@@ -30,7 +30,7 @@ def test_multi_cast_gpu_matches_cpu(dtype):
     with mx.util.np_shape(True):
         outs = {}
         for ctx in (mx.cpu(), mx.gpu(0)):
-            result = _ext.multi_cast(make_arrays(ctx, 0), dtype)
+            result = ops.multi_cast(make_arrays(ctx, 0), dtype)
             outs[ctx.device_type] = [r.asnumpy() for r in result]
         for got, ref in zip(outs["gpu"], outs["cpu"]):
             np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
@@ -40,7 +40,7 @@ def test_widest_cast_gpu_matches_cpu():
     with mx.util.np_shape(True):
         outs = {}
         for ctx in (mx.cpu(), mx.gpu(0)):
-            outs[ctx.device_type] = [r.asnumpy() for r in _ext.widest_cast(make_arrays(ctx, 1))]
+            outs[ctx.device_type] = [r.asnumpy() for r in ops.widest_cast(make_arrays(ctx, 1))]
         for got, ref in zip(outs["gpu"], outs["cpu"]):
             assert got.dtype == np.float64
             np.testing.assert_array_equal(got, ref)
@@ -54,7 +54,7 @@ def test_unscale_and_check_gpu_matches_cpu(inject):
             arrays = make_arrays(ctx, 2)
             if inject:
                 arrays[6][70_000] = np.inf  # float32, 300 001 elements
-            flag, sumsq = _ext.unscale_and_check(arrays, 1.0 / 1024, sum_squares=True)
+            flag, sumsq = ops.unscale_and_check(arrays, 1.0 / 1024, sum_squares=True)
             results[ctx.device_type] = (flag.asnumpy()[0], sumsq.asnumpy()[0],
                                         [a.asnumpy() for a in arrays])
         assert results["gpu"][0] == results["cpu"][0] == (0.0 if inject else 1.0)
@@ -66,5 +66,5 @@ def test_unscale_and_check_gpu_matches_cpu(inject):
 
 def test_arrays_on_different_devices_are_rejected():
     with pytest.raises(mx.MXNetError):
-        _ext.multi_cast([mx.nd.ones(2, ctx=mx.cpu()), mx.nd.ones(2, ctx=mx.gpu(0))], "float16")
+        ops.multi_cast([mx.nd.ones(2, ctx=mx.cpu()), mx.nd.ones(2, ctx=mx.gpu(0))], "float16")
         mx.nd.waitall()

@@ -8,7 +8,7 @@ from mxnet import autograd
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
 
-from mxnet.amp import layout
+from mxnet.amp.graph import layout
 
 pytestmark = pytest.mark.skipif(
     mx.context.num_gpus() == 0,

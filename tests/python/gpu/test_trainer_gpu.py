@@ -5,8 +5,8 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp.loss_scaler import LossScaler
-from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss
+from mxnet.amp.training.loss_scaler import LossScaler
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss
 
 NUM_GPUS = mx.context.num_gpus()
 pytestmark = pytest.mark.skipif(NUM_GPUS == 0, reason="needs a GPU build of MXNet and a GPU")

@@ -69,7 +69,7 @@ def test_onnx_runs_in_onnxruntime(model, dtype, converted, saved):
     if model.no_onnx:
         pytest.skip(model.no_onnx)
     import onnxruntime
-    from mxnet.amp.convert_cli import load_model
+    from mxnet.amp.cli.convert import load_model
     _, _, onnx_path = converted(model, dtype)
     _, prefix, _ = saved(model)
     sym, args, aux = load_model(prefix + "-symbol.json", prefix + "-0000.params")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mxnet import amp
 from mxnet.amp.__main__ import main
-from mxnet.amp.policy import native_support
+from mxnet.amp.core.support import native_support
 
 import zoo
 
@@ -24,8 +24,8 @@ def _ops(sym):
 def test_lists_op_on_every_op(model, saved):
     """Every op of the saved graph and of its bfloat16 conversion (casts, fused oneDNN ops) has a category
     and a reason per dtype."""
-    from mxnet.amp.convert import convert
-    from mxnet.amp.convert_cli import load_model
+    from mxnet.amp.inference.convert import convert
+    from mxnet.amp.cli.convert import load_model
     _, prefix, _ = saved(model)
     sym, args, aux = load_model(prefix + "-symbol.json", prefix + "-0000.params")
     with mx.util.np_shape(model.export == "numpy"):
@@ -77,15 +77,17 @@ def test_convert_hybrid_block_export_reload(model, dtype, saved, tmp_path):
 
 def test_precision_map_of_resnet18(saved, tmp_path):
     """The demo's picture for ResNet-18: one row per stage (not ~70 wrapped nodes), counts per precision."""
-    from mxnet.amp import graph, report
-    from mxnet.amp.policy import make_policy
+    from mxnet.amp.graph.rewrite import rewrite_symbol
+    from mxnet.amp.cli.plots import plot_precision_map
+    from mxnet.amp.graph.precision_map import precision_map, stage_summary
+    from mxnet.amp.core.policy import make_policy
     model, = [m for m in zoo.MODELS if m.name == "resnet18_v1" and m.export == "block"]
     net, _, _ = saved(model)
     sym = net._cached_graph[1]
     policy = make_policy("bfloat16")
-    low, _ = graph.rewrite_symbol(sym, policy, "cpu")
-    nodes = report.precision_map(low, policy)
-    groups = report.stage_summary(nodes)
+    low, _ = rewrite_symbol(sym, policy, "cpu")
+    nodes = precision_map(low, policy)
+    groups = stage_summary(nodes)
     prefix = sym.name.split("_")[0]
     assert [g for g, _ in groups] == ["data", prefix] + ["%s_stage%d" % (prefix, i) for i in range(1, 5)] + [prefix]
     conv_ops = ("Convolution", "amp_convolution")  # amp_convolution: this project's kernel, where it is used
@@ -97,7 +99,7 @@ def test_precision_map_of_resnet18(saved, tmp_path):
     # BatchNorm, or this project's (amp_batch_norm) in the training graphs of CPUs that run bfloat16 natively
     assert {role for _, ops in groups for (op, role) in ops if op in ("BatchNorm", "amp_batch_norm")} == {"dtype-neutral"}
     path = str(tmp_path / "precision_map.png")
-    report.plot_precision_map(nodes, path, "resnet18_v1, bfloat16")
+    plot_precision_map(nodes, path, "resnet18_v1, bfloat16")
     import matplotlib.image
     height, width, _ = matplotlib.image.imread(path).shape
     assert 300 < height < 1000 and 800 < width < 2000  # seven rows, readable without zooming
@@ -107,7 +109,7 @@ def test_gluoncv_detector(tmp_path):
     """A GluonCV SSD (random weights): bfloat16 conversion -> export -> reload gives the same detections, and
     the doctor runs on it. Skipped without gluoncv (not a requirement of this project)."""
     model_zoo = pytest.importorskip("gluoncv.model_zoo", reason="gluoncv is not installed")
-    from mxnet.amp.doctor import diagnose_block
+    from mxnet.amp.cli.doctor import diagnose_block
     mx.random.seed(0)
     net = model_zoo.get_model("ssd_512_mobilenet1.0_voc", pretrained=False, pretrained_base=False)
     net.initialize()  # Gluon's default: its expand_trans_bn layers have vectors Xavier cannot fill

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from mxnet.amp import _ext, cpu
-from mxnet.amp.policy import native_support
+from mxnet.amp.core import cpu, library
+from mxnet.amp.core.support import native_support
 
 #: Tests of MXNet's native bfloat16 kernels (oneDNN on AVX-512 CPUs); elsewhere bfloat16 is emulated.
 requires_native_bf16 = pytest.mark.skipif(
@@ -16,12 +16,12 @@ requires_native_bf16 = pytest.mark.skipif(
            "bfloat16 (or MXNET_AMP_EMULATE=1 is set)")
 
 
-ONEDNN3, ONEDNN3_INFO = _ext.onednn()
+ONEDNN3, ONEDNN3_INFO = library.onednn()
 #: Tests of the library's oneDNN 3 kernels (built with oneDNN 3 and loaded; MXNET_AMP_ONEDNN=0 turns them off).
 requires_onednn3 = pytest.mark.skipif(not ONEDNN3, reason="oneDNN 3 kernels unavailable: %s" % ONEDNN3_INFO)
 #: ... with bfloat16 operands: oneDNN 3.2 creates those from avx512_core up (CPU classes (b) to (d)).
-requires_onednn3_bf16 = pytest.mark.skipif(not _ext.onednn_bf16()[0],
-                                           reason="no bfloat16 oneDNN 3 kernels here: %s" % _ext.onednn_bf16()[1])
+requires_onednn3_bf16 = pytest.mark.skipif(not library.onednn_bf16()[0],
+                                           reason="no bfloat16 oneDNN 3 kernels here: %s" % library.onednn_bf16()[1])
 #: A ``dtype`` parametrization whose bfloat16 cell needs :data:`requires_onednn3_bf16`.
 ONEDNN3_DTYPES = ("float32", pytest.param("bfloat16", marks=requires_onednn3_bf16))
 

@@ -18,8 +18,8 @@ STEPS = 6
 
 def main(out):
     from mxnet import autograd, gluon
-    from mxnet.amp.loss_scaler import LossScaler
-    from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss
+    from mxnet.amp.training.loss_scaler import LossScaler
+    from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss
 
     kv = mx.kv.create("dist_sync")
     rank = kv.rank

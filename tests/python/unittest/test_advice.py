@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 from mxnet import amp, autograd, gluon
 
-from mxnet.amp import advice, autocast, cpu, lists
-from mxnet.amp import convert as C
-from mxnet.amp.policy import EMULATED, FLOAT32, NATIVE, make_policy
+from mxnet.amp import lists
+
+from mxnet.amp.autocast import context as autocast
+
+from mxnet.amp.core import advice, cpu
+from mxnet.amp.inference import convert as C
+from mxnet.amp.core.policy import EMULATED, FLOAT32, NATIVE, make_policy
 
 from amp_testing import CPUS, cpuinfo_of_class, hardware_report_of_class
 
@@ -27,8 +31,7 @@ def on_class(tmp_path, monkeypatch):
     """Mock the CPU class; no GPUs; the once-per-process warning forgotten."""
     monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
     monkeypatch.setattr(advice, "_WARNED", set())
-    monkeypatch.setattr(advice, "_gpus", lambda: 0)
-    monkeypatch.setattr(autocast, "_gpus", lambda: 0)
+    monkeypatch.setattr(advice, "gpu_count", lambda: 0)
 
     def use(cls):
         monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, cls))
@@ -53,7 +56,7 @@ def test_auto_per_class(on_class, cls, want):
 
 def test_auto_is_float16_where_mxnet_sees_gpus(on_class, monkeypatch):
     on_class("d")
-    monkeypatch.setattr(advice, "_gpus", lambda: 2)
+    monkeypatch.setattr(advice, "gpu_count", lambda: 2)
     assert advice.resolve("auto") == ("float16", "target_dtype='auto': float16 on CUDA GPUs")
     assert advice.resolve("auto", "cpu")[0] == "bfloat16"  # a conversion for a CPU context
 

@@ -127,18 +127,18 @@ def test_block_applied_many_times_casts_weight_once():
 
 
 def test_imperative_block_reuses_parameter_casts(monkeypatch):
-    from mxnet.amp import autocast
+    from mxnet.amp.autocast import imperative
     amp.init("bfloat16", emulate=True)
     net = _Recursive(depth=5)
     net.initialize()
     x = mx.nd.array(_data((2, 8), 6))
     calls = []
-    real = autocast._AMP_ROUND
+    real = imperative._AMP_ROUND
 
     def counting(arr, **kwargs):
         calls.append(arr.shape)
         return real(arr, **kwargs)
-    monkeypatch.setattr(autocast, "_AMP_ROUND", counting)
+    monkeypatch.setattr(imperative, "_AMP_ROUND", counting)
     with autograd.record():
         net(x)
     weight_casts = [s for s in calls if s == (8, 8)]
@@ -147,8 +147,8 @@ def test_imperative_block_reuses_parameter_casts(monkeypatch):
 
 
 def test_graph_cast_placement_float16_structure():
-    from mxnet.amp.graph import rewrite_symbol
-    from mxnet.amp.policy import make_policy
+    from mxnet.amp.graph.rewrite import rewrite_symbol
+    from mxnet.amp.core.policy import make_policy
     data, weight = mx.sym.var("data"), mx.sym.var("w")
     h = data
     for i in range(3):
@@ -279,7 +279,7 @@ def test_conditional_fp32_follows_the_attribute():
     assert mx.nd.clip(low, a_min=0.5, a_max=2.0).dtype == BF16        # otherwise neutral
     data = mx.sym.var("data")
     out = mx.sym.Activation(mx.sym.Activation(data, act_type="softrelu", name="soft"), act_type="tanh", name="t")
-    from mxnet.amp.graph import rewrite_symbol
+    from mxnet.amp.graph.rewrite import rewrite_symbol
     sym, _ = rewrite_symbol(out, amp.current_policy(), var_dtypes={"data": BF16})
     nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
     soft = next(n for n in nodes if n["name"] == "soft")  # the given list replaced the built-in entries
@@ -372,8 +372,8 @@ def test_conditional_attribute_typo_is_rejected():
 
 
 def test_emulated_rounding_of_a_tensor_of_unknown_dtype():
-    from mxnet.amp.graph import rewrite_graph
-    from mxnet.amp.policy import make_policy
+    from mxnet.amp.graph.rewrite import rewrite_graph
+    from mxnet.amp.core.policy import make_policy
     data = mx.sym.var("data")
     graph = json.loads(mx.sym.FullyConnected(data, num_hidden=2, no_bias=True, name="fc")
                        .tojson(remove_amp_cast=False))

@@ -13,8 +13,9 @@ import pytest
 from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 
-from mxnet.amp import graph
-from mxnet.amp.policy import BFLOAT16, make_policy
+from mxnet.amp.graph.rewrite import rewrite_symbol
+from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.core.policy import make_policy
 
 from amp_testing import bf16_round, requires_onednn3_bf16
 
@@ -133,7 +134,7 @@ def _bn_nodes(sym):
 
 def test_training_graphs_keep_batch_norm_in_bfloat16_on_the_library_kernel():
     sym = _cnn()(mx.sym.var("data"))
-    low, stats = graph.rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
+    low, stats = rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
     nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
     assert [n["op"] for n in _bn_nodes(low)] == ["amp_batch_norm"] * 2 and stats.kernels["amp_batch_norm"] == 2
     mode = [i for i, n in enumerate(nodes) if n["op"] == "Dropout"]
@@ -148,7 +149,7 @@ def test_training_graphs_keep_batch_norm_in_bfloat16_on_the_library_kernel():
     # inference conversion, emulation, float16 and kernels="mxnet" keep MXNet's BatchNorm
     for policy, inference in ((make_policy("bfloat16", emulate=False), True), (make_policy("bfloat16", emulate=True), False),
                               (make_policy("float16"), False), (make_policy("bfloat16", emulate=False, kernels="mxnet"), False)):
-        other, _ = graph.rewrite_symbol(sym, policy, "cpu", inference=inference)
+        other, _ = rewrite_symbol(sym, policy, "cpu", inference=inference)
         assert [n["op"] for n in _bn_nodes(other)] == ["BatchNorm"] * 2
 
 

@@ -13,10 +13,11 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp import autocast, checkpoint
-from mxnet.amp import trainer as amp_trainer
-from mxnet.amp.loss_scaler import LossScaler
-from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss
+from mxnet.amp.autocast import context as autocast
+from mxnet.amp.training import checkpoint
+from mxnet import amp
+from mxnet.amp.training.loss_scaler import LossScaler
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss
 
 RNG = np.random.RandomState(0)
 X = RNG.uniform(-1, 1, (5, 4)).astype(np.float32)
@@ -75,7 +76,7 @@ def _snapshot(net, trainer):
             "states": _updater_states(trainer), "num_update": trainer._optimizer.num_update,
             "optimizer": _optimizer_fields(trainer._optimizer)}
     if hasattr(trainer, "_mxnet_amp"):
-        snap["amp"] = amp_trainer.state_dict(trainer)
+        snap["amp"] = amp.state_dict(trainer)
     return snap
 
 
@@ -125,7 +126,7 @@ def test_save_load_round_trips_scaler_and_optimizer(tmp_path, ctx, update_on_kvs
     assert got["optimizer"]["type"] == "Adam" and got["optimizer"]["_index_update_count"]
     _assert_same(got, want)
     section = checkpoint.read_file(path)[1]
-    assert section == amp_trainer.state_dict(trainer)
+    assert section == amp.state_dict(trainer)
     assert set(section) == {"version", "target_dtype", "loss_scaler"}
     # Resuming is exact: both go on the same way, bit for bit (Adam's moments and counters included).
     _train(net, trainer, 3, poison={1})
@@ -279,18 +280,18 @@ def test_state_dict_round_trips_through_json():
     net = _net()
     trainer = _trainer(net)
     _train(net, trainer, 4, poison={2})
-    state = json.loads(json.dumps(amp_trainer.state_dict(trainer)))
+    state = json.loads(json.dumps(amp.state_dict(trainer)))
     fresh = _trainer(net, scaler=LossScaler())
-    amp_trainer.load_state_dict(fresh, state)
-    assert amp_trainer.state_dict(fresh) == state
-    before = amp_trainer.state_dict(fresh)
+    amp.load_state_dict(fresh, state)
+    assert amp.state_dict(fresh) == state
+    before = amp.state_dict(fresh)
     with pytest.raises(TypeError, match="NoneType"):
-        amp_trainer.load_state_dict(fresh, None)
+        amp.load_state_dict(fresh, None)
     for bad in ({}, dict(state, version=9), dict(state, extra=1),
                 dict(state, loss_scaler=dict(state["loss_scaler"], scale=float("nan")))):
         with pytest.raises(ValueError):
-            amp_trainer.load_state_dict(fresh, bad)
-        assert amp_trainer.state_dict(fresh) == before
+            amp.load_state_dict(fresh, bad)
+        assert amp.state_dict(fresh) == before
 
 
 def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
@@ -317,7 +318,7 @@ _SAVER = """
 import os, stat, sys, time
 import mxnet as mx
 from mxnet import autograd, gluon
-from mxnet.amp.trainer import get_loss_scaler, init_trainer
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer
 net = gluon.nn.Dense(512, in_units=1024)
 net.initialize()
 trainer = gluon.Trainer(net.collect_params(), "adam")
@@ -371,8 +372,8 @@ import json, sys
 import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon
-from mxnet.amp import trainer as amp_trainer
-from mxnet.amp.loss_scaler import LossScaler
+from mxnet import amp
+from mxnet.amp.training.loss_scaler import LossScaler
 
 mode, folder, start, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rng = np.random.RandomState(0)
@@ -384,14 +385,14 @@ net.weight.set_data(mx.nd.array(rng.uniform(-1, 1, (3, 4))))
 net.bias.set_data(mx.nd.array(rng.uniform(-1, 1, (3,))))
 schedule = mx.lr_scheduler.FactorScheduler(step=2, factor=0.7, base_lr=0.05)
 trainer = gluon.Trainer(net.collect_params(), "adam", {"lr_scheduler": schedule})
-amp_trainer.init_trainer(trainer, LossScaler(init_scale=2.0 ** 8, growth_interval=2))
+amp.init_trainer(trainer, LossScaler(init_scale=2.0 ** 8, growth_interval=2))
 if mode == "resume":
     net.load_parameters(folder + "/net.params")
     trainer.load_states(folder + "/trainer.states")
 for step in range(start, stop):
     with autograd.record():
         loss = (net(mx.nd.array(data[step])) * mx.nd.array(target[step])).sum()
-        with amp_trainer.scale_loss(loss, trainer) as scaled:
+        with amp.scale_loss(loss, trainer) as scaled:
             scaled.backward()
     if step in (2, 5):
         net.bias.grad()[1] = np.nan
@@ -400,7 +401,7 @@ if mode == "save":
     net.save_parameters(folder + "/net.params")
     trainer.save_states(folder + "/trainer.states")
 result = {"weight": net.weight.data().asnumpy().tolist(), "bias": net.bias.data().asnumpy().tolist(),
-          "amp": amp_trainer.state_dict(trainer), "num_update": trainer._optimizer.num_update,
+          "amp": amp.state_dict(trainer), "num_update": trainer._optimizer.num_update,
           "lr": trainer.learning_rate}
 with open(folder + "/" + mode + ".json", "w") as out:
     json.dump(result, out)

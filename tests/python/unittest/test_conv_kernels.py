@@ -15,8 +15,10 @@ import pytest
 import mxnet as mx
 from mxnet import amp, autograd
 from mxnet.gluon import nn
-from mxnet.amp import _ext, convert as C, graph
-from mxnet.amp.policy import BFLOAT16, make_policy
+from mxnet.amp.inference import blocks, convert as C
+from mxnet.amp.graph.rewrite import rewrite_symbol
+from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.core.policy import make_policy
 
 from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, requires_onednn3,
                          requires_onednn3_bf16)
@@ -337,7 +339,7 @@ def _block():
 
 
 def _convert(net, x, **kwargs):
-    inputs, out, params = C.block_graph(net, [x])
+    inputs, out, params = blocks.block_graph(net, [x])
     args = {k: v for k, v in params.items() if k in set(out.list_arguments())}
     aux = {k: v for k, v in params.items() if k in set(out.list_auxiliary_states())}
     return C.convert(out, args, aux, "bfloat16", input_names=[s.name for s in inputs], **kwargs)
@@ -358,7 +360,7 @@ def test_converted_resnet_block_runs_fused_library_convolutions(monkeypatch):
     convs = [n.get("attrs", {}) for n in nodes if n["op"] == "amp_convolution"]
     assert sorted((a.get("with_sum", ""), a.get("act_type", "")) for a in convs) == [
         ("", ""), ("", "relu"), ("True", "relu")]
-    got = C.convert_hybrid_block(net, x, "bfloat16")(x)
+    got = blocks.convert_hybrid_block(net, x, "bfloat16")(x)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got.asnumpy(), want, rtol=0, atol=0.03 * np.abs(want).max())
     # MXNet's kernels on request: its oneDNN fusion instead
@@ -368,7 +370,7 @@ def test_converted_resnet_block_runs_fused_library_convolutions(monkeypatch):
 
 def _train_step(sym, params, x, head, kernels=None):
     """Outputs and gradients of one training step of ``sym`` (rewritten as ``amp.init`` does, with kernels)."""
-    low = sym if kernels is None else graph.rewrite_symbol(sym, make_policy("bfloat16", kernels=kernels), "cpu")[0]
+    low = sym if kernels is None else rewrite_symbol(sym, make_policy("bfloat16", kernels=kernels), "cpu")[0]
     args = {k: mx.nd.array(v) for k, v in params.items() if k in low.list_arguments()}
     args["data"] = mx.nd.array(x)
     aux = {k: mx.nd.array(v) for k, v in params.items() if k in low.list_auxiliary_states()}
@@ -388,7 +390,7 @@ def test_training_graphs_run_library_convolutions_at_least_as_accurately_as_mxne
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     RNG.seed(4)
     net, x = _block()
-    _, sym, arrays = C.block_graph(net, [mx.nd.array(x)])
+    _, sym, arrays = blocks.block_graph(net, [mx.nd.array(x)])
     sym = mx.sym.Group([sym])
     params = {k: v.asnumpy() for k, v in arrays.items()}
     head = _values(*net(mx.nd.array(x)).shape)
@@ -435,11 +437,11 @@ def test_deconvolution_runs_on_the_library_wherever_amp_rewrites_it(monkeypatch,
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     sym = mx.sym.Deconvolution(mx.sym.var("data"), kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=4,
                                name="up")
-    nodes = json.loads(graph.rewrite_symbol(sym, make_policy(dtype, emulate=emulate), "cpu")[0].tojson(
+    nodes = json.loads(rewrite_symbol(sym, make_policy(dtype, emulate=emulate), "cpu")[0].tojson(
         remove_amp_cast=False))["nodes"]
     up = next(n for n in nodes if n["name"] == "up")
     assert up["op"] == "amp_deconvolution"
     feeds = {nodes[i]["op"] for i, _, _ in up["inputs"]}
     assert feeds == ({"amp_round"} if emulate else {"amp_cast"})
-    kept = graph.rewrite_symbol(sym, make_policy(dtype, emulate=emulate, kernels="mxnet"), "cpu")[0]
+    kept = rewrite_symbol(sym, make_policy(dtype, emulate=emulate, kernels="mxnet"), "cpu")[0]
     assert "amp_deconvolution" not in kept.tojson()

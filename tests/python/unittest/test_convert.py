@@ -12,8 +12,8 @@ import pytest
 
 import mxnet as mx
 from mxnet.gluon import nn, HybridBlock
-from mxnet.amp import convert as C
-from mxnet.amp.graph import dtype_name
+from mxnet.amp.inference import blocks, convert as C
+from mxnet.amp.core.dtypes import dtype_name
 
 from amp_testing import bf16_round
 
@@ -221,7 +221,7 @@ def test_recursive_block_stores_and_casts_each_weight_once(dtype):
     net = _Recursive()
     net.initialize(mx.init.Xavier())
     x, y = mx.nd.ones((2, 6)), mx.nd.ones((2, 6))
-    inputs, sym, params = C.block_graph(net, [x, y])
+    inputs, sym, params = blocks.block_graph(net, [x, y])
     args = {k: v for k, v in params.items() if k in sym.list_arguments()}
     for offline in (False, True):
         out = C.convert(sym, args, {}, dtype, cast_params_offline=offline, emulate=False, fuse=False,
@@ -243,7 +243,7 @@ def test_recursive_block_runs_bf16_with_two_outputs():
     rng = np.random.RandomState(3)
     x, y = (mx.nd.array(rng.uniform(-1, 1, (2, 6))) for _ in range(2))
     ref = [o.asnumpy() for o in net(x, y)]
-    low = C.convert_hybrid_block(net, [x, y], "bfloat16", cast_params_offline=True)
+    low = blocks.convert_hybrid_block(net, [x, y], "bfloat16", cast_params_offline=True)
     got = [o.astype("float32").asnumpy() for o in low(x, y)]
     assert len(got) == 2
     for r, g in zip(ref, got):
@@ -258,7 +258,7 @@ def test_numpy_mode_block_converts_and_runs():
         net.initialize()
         x = mx.np.array(np.random.RandomState(4).uniform(-1, 1, (2, 5)).astype(np.float32))
         ref = net(x).asnumpy()
-        low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
+        low = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
         out = low(x)
         assert isinstance(out, mx.np.ndarray)
         np.testing.assert_allclose(out.astype("float32").asnumpy(), ref, atol=0.03 * np.abs(ref).max())
@@ -271,7 +271,7 @@ def test_native_graph_structure_and_param_dtypes_of_block(dtype):
     net = nn.HybridSequential()
     net.add(nn.Dense(8, activation="relu"), nn.BatchNorm(), nn.Dense(3))
     net.initialize()
-    low = C.convert_hybrid_block(net, mx.nd.ones((2, 5)), dtype, cast_params_offline=True, emulate=False)
+    low = blocks.convert_hybrid_block(net, mx.nd.ones((2, 5)), dtype, cast_params_offline=True, emulate=False)
     got = {k: dtype_name(p.dtype) for k, p in low.collect_params().items()}
     assert {got[k] for k in got if k.endswith(("weight", "bias"))} == {dtype}
     assert {got[k] for k in got if "batchnorm" in k} == {"float32"}
@@ -281,7 +281,7 @@ def _resnet_graph():
     from mxnet.gluon.model_zoo import vision
     net = vision.resnet18_v1(classes=10)
     net.initialize(mx.init.Xavier())
-    inputs, sym, params = C.block_graph(net, [mx.nd.ones((1, 3, 32, 32))])
+    inputs, sym, params = blocks.block_graph(net, [mx.nd.ones((1, 3, 32, 32))])
     assert [s.name for s in inputs] == ["data"]
     rng = np.random.RandomState(5)
     for name, arr in params.items():  # BatchNorm statistics that bfloat16 cannot hold exactly
@@ -327,7 +327,7 @@ def test_native_params_have_the_dtypes_type_inference_wants(dtype, fuse, lp16_op
 def test_emulated_fused_graph_rounds_folded_weights_once():
     # emulated: the folded weights are stored in bfloat16 (as upstream stores them) and read through an exact
     # cast to float32; no parameter is rounded in the graph
-    from mxnet.amp.fold import fold_batchnorm
+    from mxnet.amp.graph.fold import fold_batchnorm
     sym, args, aux = _resnet_graph()
     out = C.convert(sym, args, aux, "bfloat16", cast_params_offline=True, emulate=True)
     assert out.summary.fused and out.summary.emulated
@@ -378,15 +378,15 @@ def test_emulation_rounds_after_ops_that_commute_with_rounding(dtype):
 def test_training_rewrite_defers_only_past_moves_with_identical_gradients(dtype):
     # Training graphs: a max pooling's gradient depends on ties that rounding creates, so rounding stays
     # before it; reshapes and transposes only move values (and gradients), so rounding may follow them.
-    from mxnet.amp import graph
-    from mxnet.amp.policy import make_policy
+    from mxnet.amp.graph.rewrite import rewrite_symbol
+    from mxnet.amp.core.policy import make_policy
     x = mx.sym.var("data")
     y = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), name="conv")
     y = mx.sym.Pooling(y, kernel=(3, 3), stride=(2, 2), name="pool")
     y = mx.sym.FullyConnected(y, num_hidden=6, flatten=True, name="fc1")
     y = mx.sym.SwapAxis(mx.sym.reshape(y, shape=(0, 2, 3), name="resh"), dim1=1, dim2=2, name="tr")
     sym = mx.sym.FullyConnected(y, num_hidden=2, flatten=False, name="fc2")
-    low, _ = graph.rewrite_symbol(sym, make_policy(dtype, emulate=True), "cpu")
+    low, _ = rewrite_symbol(sym, make_policy(dtype, emulate=True), "cpu")
     nodes = _nodes(low)
     rounded = sorted(nodes[n["inputs"][0][0]]["name"] for n in nodes if n["op"] == "amp_round")
     assert rounded == sorted(["data", "conv_weight", "conv_bias", "conv", "pool", "fc1_weight", "fc1_bias", "tr",
@@ -486,7 +486,7 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="Unknown operator"):
         C.convert_symbol(sym, "bfloat16", fp32_ops=["FullyConected"])
     with pytest.raises(TypeError, match="HybridBlock"):
-        C.convert_hybrid_block(nn.Block(), mx.nd.ones((1, 2)), "bfloat16")
+        blocks.convert_hybrid_block(nn.Block(), mx.nd.ones((1, 2)), "bfloat16")
 
 
 def test_emulated_low_precision_weights_are_read_through_the_librarys_cast_on_cpu():

@@ -11,8 +11,9 @@ import pytest
 
 import mxnet as mx
 from mxnet.gluon import nn
-from mxnet.amp import convert_cli
-from mxnet.amp.policy import BFLOAT16, native_support
+from mxnet.amp.cli import convert as convert_cli
+from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.core.support import native_support
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,7 @@ def test_module_entry_point(saved_net, tmp_path):
 
 
 def test_dtype_auto_follows_the_cpu_class(saved_net, tmp_path, monkeypatch):
-    from mxnet.amp import advice, cpu
+    from mxnet.amp.core import advice, cpu
     monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
     dtype, _ = advice.resolve("auto", "cpu")
     out = str(tmp_path / "auto")

@@ -5,8 +5,8 @@ a Cooper Lake or a Sapphire Rapids lists them (abridged to the flags that matter
 """
 import pytest
 
-from mxnet.amp import cpu
-from mxnet.amp.policy import native_support
+from mxnet.amp.core import cpu
+from mxnet.amp.core.support import native_support
 
 from amp_testing import CPUS, cpuinfo_of_class as _cpuinfo, hardware_report_of_class
 
@@ -148,8 +148,9 @@ def test_stand_in_env_names_the_caps_of_each_lower_class(mocked, clean_caps):
 _STAND_IN_CHILD = """
 import json
 import mxnet as mx
-from mxnet.amp import _ext, cpu
-from mxnet.amp.policy import BFLOAT16, native_support, plans_native
+from mxnet.amp.core import cpu, library
+from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.core.support import native_support, plans_native
 x = mx.nd.amp_cast(mx.nd.ones((4, 8)), dtype=BFLOAT16)
 try:
     mx.nd.FullyConnected(x, x, num_hidden=4, no_bias=True).wait_to_read()
@@ -157,7 +158,7 @@ try:
 except mx.base.MXNetError:
     mxnet_bf16 = False
 print(json.dumps({"class": cpu.cpu_class().name, "stand_in": cpu.stand_in(), "native": native_support("bfloat16", "cpu"),
-                  "planned": plans_native("bfloat16", "cpu"), "mxnet_bf16": mxnet_bf16, "onednn": _ext.onednn()[1]}))
+                  "planned": plans_native("bfloat16", "cpu"), "mxnet_bf16": mxnet_bf16, "onednn": library.onednn()[1]}))
 """
 
 

@@ -6,8 +6,8 @@ import sys
 
 
 from mxnet import amp
-from mxnet.amp import cpu
-from mxnet.amp.demo import DemoConfig, run_demo
+from mxnet.amp.core import cpu
+from mxnet.amp.cli.demo import DemoConfig, run_demo
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -330,7 +330,7 @@ def _resolve(dotted):
 
 def _amp_names(page):
     """``(line, dotted name)`` to resolve: ``amp.X`` / ``mxnet.amp.X`` anywhere in code, and inline code that is a
-    module of the package and a name in it (``graph.rewrite_symbol``, ``_ext.onednn()``)."""
+    module of the package and a name in it (``graph.rewrite_symbol``, ``library.onednn()``)."""
     texts = [(number, text) for number, text in page.spans()]
     texts += [(b["line"], b["code"]) for b in page.blocks]
     names = {(number, m.group(0)) for number, text in texts for m in _AMP_NAME.finditer(text)}

@@ -7,7 +7,7 @@ import pytest
 import mxnet as mx
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
-from mxnet.amp.fold import fold_batchnorm
+from mxnet.amp.graph.fold import fold_batchnorm
 
 
 def _graph(net, shape, seed=0):

@@ -10,13 +10,14 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp import _ext, amp_state
-from mxnet.amp import trainer as amp_trainer
-from mxnet.amp.adamw import AdamW, bias_correction
-from mxnet.amp.device_scaler import decode, encode
-from mxnet.amp.fused_update import StepResult, fused_rule
-from mxnet.amp.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
-from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss
+from mxnet.amp.core import ops
+
+from mxnet.amp.training import amp_state
+from mxnet.amp.training.adamw import AdamW, bias_correction
+from mxnet.amp.training.device_scaler import decode, encode
+from mxnet.amp.training.fused_update import StepResult, fused_rule
+from mxnet.amp.training.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss
 
 SHAPES = [(30, 7), (1000,), (5, 5, 3, 3), (70001,)]  # the last one spans two chunks of the CPU launcher
 LRS, WDS = [0.1, 0.05, 0.1, 0.01], [1e-4, 0.0, 1e-4, 5e-4]
@@ -62,7 +63,7 @@ def test_sgd_matches_multi_sgd_bit_for_bit(clip, momentum):
             mx.nd.multi_sgd_update(*[a for t in zip(theirs, grads) for a in t], out=theirs, num_weights=4,
                                    lrs=LRS, wds=WDS, rescale_grad=1 / 128, **kwargs)
             params = list(zip(ours, grads))
-        applied = _ext.multi_update("sgd_mom" if momentum else "sgd", params, ONE, _state(4.0), LRS, WDS,
+        applied = ops.multi_update("sgd_mom" if momentum else "sgd", params, ONE, _state(4.0), LRS, WDS,
                                     rescale_grad=1 / 32, clip_gradient=clip, momentum=momentum)
         assert applied.asnumpy()[0] == 1.0
     _assert_same(ours, theirs)
@@ -83,7 +84,7 @@ def test_adam_matches_adam_update_bit_for_bit(clip):
         for i in range(len(SHAPES)):
             mx.nd.adam_update(theirs[i], grads[i], states[2][i], states[3][i], out=theirs[i], lr=lr, wd=WDS[i],
                               rescale_grad=0.25, **kwargs)
-        _ext.multi_update("adam", list(zip(ours, grads, states[0], states[1])), ONE, _state(2.0), [lr] * 4, WDS,
+        ops.multi_update("adam", list(zip(ours, grads, states[0], states[1])), ONE, _state(2.0), [lr] * 4, WDS,
                           rescale_grad=0.5, clip_gradient=clip)
     _assert_same(ours + states[0] + states[1], theirs + states[2] + states[3])
 
@@ -102,7 +103,7 @@ def test_adamw_matches_contrib_adamw_update_bit_for_bit(clip):
             mx.nd.contrib.adamw_update(theirs[i], grads[i].copy(), states[2][i], states[3][i],
                                        mx.nd.array([0.25]), out=theirs[i], lr=correction, eta=1e-3, wd=WDS[i],
                                        **kwargs)
-        _ext.multi_update("adamw", list(zip(ours, grads, states[0], states[1])), ONE, _state(1.0),
+        ops.multi_update("adamw", list(zip(ours, grads, states[0], states[1])), ONE, _state(1.0),
                           [correction] * 4, WDS, etas=[1e-3] * 4, rescale_grad=0.25, clip_gradient=clip)
     _assert_same(ours + states[0] + states[1], theirs + states[2] + states[3])
 
@@ -117,7 +118,7 @@ def test_float16_master_weights_match_multi_mp_sgd_mom_update():
         grads = _arrays(rng, np.float16)
         mx.nd.multi_mp_sgd_mom_update(*[a for t in zip(w16_ref, grads, mom_ref, master_ref) for a in t],
                                       out=w16_ref, num_weights=4, lrs=LRS, wds=WDS, momentum=0.9, rescale_grad=0.5)
-        _ext.multi_update("sgd_mom", list(zip(w16, grads, mom, master)), ONE, _state(1.0), LRS, WDS,
+        ops.multi_update("sgd_mom", list(zip(w16, grads, mom, master)), ONE, _state(1.0), LRS, WDS,
                           rescale_grad=0.5, momentum=0.9, multi_precision=True)
     _assert_same(w16 + master + mom, w16_ref + master_ref + mom_ref)
 
@@ -126,28 +127,28 @@ def test_bfloat16_master_weights_are_the_float32_update_rounded():
     rng = np.random.RandomState(5)
     master = _arrays(rng)
     master_f32 = [w.copy() for w in master]
-    w_bf16 = _ext.multi_cast(master, "bfloat16")
+    w_bf16 = ops.multi_cast(master, "bfloat16")
     mean = [[mx.nd.zeros(s) for s in SHAPES] for _ in range(4)]
     for t in range(1, 4):
         grads32 = _arrays(rng)
-        grads = _ext.multi_cast(grads32, "bfloat16")
-        exact = _ext.multi_cast(grads, "float32")  # what the bfloat16 gradients hold
+        grads = ops.multi_cast(grads32, "bfloat16")
+        exact = ops.multi_cast(grads, "float32")  # what the bfloat16 gradients hold
         lr = 1e-3 * bias_correction(0.9, 0.999, t)
-        _ext.multi_update("adam", list(zip(w_bf16, grads, mean[0], mean[1], master)), ONE, _state(), [lr] * 4,
+        ops.multi_update("adam", list(zip(w_bf16, grads, mean[0], mean[1], master)), ONE, _state(), [lr] * 4,
                           WDS, multi_precision=True)
-        _ext.multi_update("adam", list(zip(master_f32, exact, mean[2], mean[3])), ONE, _state(), [lr] * 4, WDS)
+        ops.multi_update("adam", list(zip(master_f32, exact, mean[2], mean[3])), ONE, _state(), [lr] * 4, WDS)
     _assert_same(master, master_f32)
-    _assert_same(_ext.multi_cast(w_bf16, "float32"),
-                 _ext.multi_cast(_ext.multi_cast(master_f32, "bfloat16"), "float32"))
+    _assert_same(ops.multi_cast(w_bf16, "float32"),
+                 ops.multi_cast(ops.multi_cast(master_f32, "bfloat16"), "float32"))
 
 
-@pytest.mark.parametrize("rule", sorted(_ext.UPDATE_RULES))
+@pytest.mark.parametrize("rule", sorted(ops.UPDATE_RULES))
 def test_a_zero_flag_writes_nothing(rule):
     rng = np.random.RandomState(6)
     weights = _arrays(rng)
-    states = [tuple(mx.nd.array(rng.rand(*s)) for _ in _ext.UPDATE_RULES[rule]) for s in SHAPES]
+    states = [tuple(mx.nd.array(rng.rand(*s)) for _ in ops.UPDATE_RULES[rule]) for s in SHAPES]
     before = [a.asnumpy() for a in weights + [x for s in states for x in s]]
-    applied = _ext.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, _arrays(rng), states)],
+    applied = ops.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, _arrays(rng), states)],
                                 mx.nd.zeros((1,)), _state(), LRS, WDS, etas=LRS, momentum=0.9)
     assert applied.asnumpy()[0] == 0.0
     for got, want in zip(weights + [x for s in states for x in s], before):
@@ -157,20 +158,20 @@ def test_a_zero_flag_writes_nothing(rule):
 def test_multi_update_rejects_bad_input_with_clear_errors():
     w, g, m = mx.nd.ones((3,)), mx.nd.ones((3,)), mx.nd.zeros((3,))
     with pytest.raises(ValueError, match="rule 'lamb' is not supported; valid choices: adam, adamw, sgd, sgd_mom"):
-        _ext.multi_update("lamb", [(w, g)], ONE, _state(), [0.1], [0.0])
+        ops.multi_update("lamb", [(w, g)], ONE, _state(), [0.1], [0.0])
     with pytest.raises(ValueError, match=r"params\[0\] has 2 arrays; rule 'sgd_mom' needs 3 \(weight, grad, "
                                          r"momentum\)"):
-        _ext.multi_update("sgd_mom", [(w, g)], ONE, _state(), [0.1], [0.0])
+        ops.multi_update("sgd_mom", [(w, g)], ONE, _state(), [0.1], [0.0])
     with pytest.raises(ValueError, match="lrs has 2 values for 1 parameters"):
-        _ext.multi_update("sgd", [(w, g)], ONE, _state(), [0.1, 0.2], [0.0])
+        ops.multi_update("sgd", [(w, g)], ONE, _state(), [0.1, 0.2], [0.0])
     with pytest.raises(mx.MXNetError, match="parameter 0: momentum has dtype float16, expected float32"):
-        _ext.multi_update("sgd_mom", [(w, g, m.astype(np.float16))], ONE, _state(), [0.1], [0.0]).wait_to_read()
+        ops.multi_update("sgd_mom", [(w, g, m.astype(np.float16))], ONE, _state(), [0.1], [0.0]).wait_to_read()
     w16 = w.astype(np.float16)
     with pytest.raises(mx.MXNetError, match="parameter 0 is float16; low-precision weights need "
                                             "multi_precision=True"):
-        _ext.multi_update("sgd", [(w16, w16)], ONE, _state(), [0.1], [0.0]).wait_to_read()
+        ops.multi_update("sgd", [(w16, w16)], ONE, _state(), [0.1], [0.0]).wait_to_read()
     with pytest.raises(mx.MXNetError, match="must be dense with 3 elements like its weight"):
-        _ext.multi_update("sgd_mom", [(w, g, mx.nd.zeros((4,)))], ONE, _state(), [0.1], [0.0]).wait_to_read()
+        ops.multi_update("sgd_mom", [(w, g, mx.nd.zeros((4,)))], ONE, _state(), [0.1], [0.0]).wait_to_read()
 
 
 # ---- the device-side loss scaler -----------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def test_device_scaler_follows_next_state_exactly():
     host = ScalerState(scale=8.0)
     device = mx.nd.array(encode(host), dtype=np.float64)
     for finite in [True, True, True, True, True, False, False, False, True, False]:
-        scale = _ext.scaler_update(device, mx.nd.array([float(finite)]), config)
+        scale = ops.scaler_update(device, mx.nd.array([float(finite)]), config)
         host = next_state(config, host, finite)
         assert decode(device.asnumpy()) == host
         assert scale.asnumpy()[0] == host.scale

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
-from mxnet.amp.grad_buffer import GradBuffers
-from mxnet.amp.loss_scaler import LossScaler
-from mxnet.amp.trainer import init_trainer, scale_loss
+from mxnet.amp.training.grad_buffer import GradBuffers
+from mxnet.amp.training.loss_scaler import LossScaler
+from mxnet.amp.training.trainer import init_trainer, scale_loss
 
 
 def _net(ctx, numpy_mode=False):

@@ -258,9 +258,9 @@ def test_converted_rnn_onnx_export_runs(cfg, dtype, tmp_path):
 # ---- installing it: the run-time check of libmxnet's std::function convention, idempotence, fallback -------
 _CHECK = (
     "import json, mxnet as mx\n"
-    "from mxnet.amp import _ext\n"
+    "from mxnet.amp.core import library, ops\n"
     "y = mx.sym.amp_round(mx.sym.var('x'), dtype='bfloat16')\n"
-    "print(json.dumps({'state': _ext.GRAPH_INFERENCE['state'], 'convention': _ext.GRAPH_INFERENCE['convention'],\n"
+    "print(json.dumps({'state': library.GRAPH_INFERENCE['state'], 'convention': library.GRAPH_INFERENCE['convention'],\n"
     "                  'partial': y.infer_shape_partial(x=(0, 7))[1][0]}))\n")
 
 
@@ -279,20 +279,20 @@ def _libmxnet_built_by_gcc4():
 
 def test_the_wheel_invoker_convention_is_found_at_run_time():
     import ctypes
-    from mxnet.amp import _ext
-    code, text = _ext.invoker_convention(ctypes.CDLL(_ext.LIBRARY_PATH))
+    from mxnet.amp.core import library
+    code, text = library.invoker_convention(ctypes.CDLL(library.LIBRARY_PATH))
     # independent evidence: the wheels' .comment names GCC 4.8.5, whose invokers take pointers by value
     assert (code, text) == ((1, "GCC 4 (pointers by value)") if _libmxnet_built_by_gcc4()
                             else (2, "GCC >= 5 (pointers by reference)"))
-    # "already installed" once an earlier test re-imported _ext: the first install was this process's
-    assert _ext.GRAPH_INFERENCE["convention"] == text
-    assert _ext.GRAPH_INFERENCE["state"] in ("installed", "already installed")
+    # "already installed" once an earlier test re-imported the library module: the first install was this process's
+    assert library.GRAPH_INFERENCE["convention"] == text
+    assert library.GRAPH_INFERENCE["state"] in ("installed", "already installed")
 
 
 def test_the_invoker_classification():
     import ctypes
-    from mxnet.amp import _ext
-    classify = ctypes.CDLL(_ext.LIBRARY_PATH).mxnet_amp_classify_invoker_argument
+    from mxnet.amp.core import library
+    classify = ctypes.CDLL(library.LIBRARY_PATH).mxnet_amp_classify_invoker_argument
     classify.restype, classify.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]
     target, other = ctypes.c_double(1.0), ctypes.c_double(2.0)
     expected = ctypes.addressof(target)
@@ -305,31 +305,31 @@ def test_the_invoker_classification():
 
 def test_an_inconclusive_check_refuses_with_the_fallback(monkeypatch):
     import ctypes
-    from mxnet.amp import _ext
-    monkeypatch.setattr(_ext, "invoker_convention", lambda lib: (0, "the probe's invoker was called 0 time(s)"))
-    monkeypatch.delenv(_ext.GRAPH_INFER_ENV, raising=False)
+    from mxnet.amp.core import library
+    monkeypatch.setattr(library, "invoker_convention", lambda lib: (0, "the probe's invoker was called 0 time(s)"))
+    monkeypatch.delenv(library.GRAPH_INFER_ENV, raising=False)
     with pytest.raises(ImportError) as err:
-        _ext.install_graph_inference(ctypes.CDLL(_ext.LIBRARY_PATH))
+        library.install_graph_inference(ctypes.CDLL(library.LIBRARY_PATH))
     message = str(err.value)
     assert "cannot tell how" in message and "called 0 time(s)" in message
     assert "Set MXNET_AMP_GRAPH_INFER=0 to load mxnet.amp without it" in message
-    assert all(feature in message for feature in _ext.WITHOUT_GRAPH_INFER)
+    assert all(feature in message for feature in library.WITHOUT_GRAPH_INFER)
 
 
 def test_install_is_idempotent_in_one_process():
     import ctypes
-    from mxnet.amp import _ext
-    before = dict(_ext.GRAPH_INFERENCE)
-    _ext.install_graph_inference(ctypes.CDLL(_ext.LIBRARY_PATH))
-    assert _ext.GRAPH_INFERENCE == dict(before, state="already installed")
+    from mxnet.amp.core import library
+    before = dict(library.GRAPH_INFERENCE)
+    library.install_graph_inference(ctypes.CDLL(library.LIBRARY_PATH))
+    assert library.GRAPH_INFERENCE == dict(before, state="already installed")
     y = mx.sym.amp_round(mx.sym.var("x"), dtype="bfloat16")
     assert y.infer_shape_partial(x=(0, 7))[1] == [(0, 7)]  # still MXNet-native, once
 
 
 def test_ops_loaded_by_the_user_first_still_get_graph_inference():
     # the user's own mx.library.load (or a retry after a failed import) registers the ops before mxnet.amp
-    from mxnet.amp import _ext
-    code = "import mxnet as mx\nmx.library.load(%r, verbose=False)\n" % _ext.LIBRARY_PATH + _CHECK
+    from mxnet.amp.core import library
+    code = "import mxnet as mx\nmx.library.load(%r, verbose=False)\n" % library.LIBRARY_PATH + _CHECK
     proc = _child(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = __import__("json").loads(proc.stdout.strip().splitlines()[-1])

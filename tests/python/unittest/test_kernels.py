@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet.amp import _ext
+from mxnet.amp.core import library, ops
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 
@@ -57,18 +57,18 @@ def bits_of(arr):
 
 def test_op_names_registered():
     registered = set(mx.operator.get_all_registered_operators())
-    assert set(_ext.OP_NAMES) <= registered
+    assert set(library.OP_NAMES) <= registered
 
 
 def test_float32_to_float16_matches_numpy_bitwise():
     x = f32_patterns()
-    (out,) = _ext.multi_cast([mx.nd.array(x)], "float16")
+    (out,) = ops.multi_cast([mx.nd.array(x)], "float16")
     np.testing.assert_array_equal(out.asnumpy().view(np.uint16), x.astype(np.float16).view(np.uint16))
 
 
 def test_float16_to_float32_all_patterns():
     h = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    (out,) = _ext.multi_cast([mx.nd.array(h, dtype="float16")], "float32")
+    (out,) = ops.multi_cast([mx.nd.array(h, dtype="float16")], "float32")
     np.testing.assert_array_equal(out.asnumpy().view(np.uint32), h.astype(np.float32).view(np.uint32))
 
 
@@ -76,7 +76,7 @@ def test_float32_to_bfloat16_matches_amp_cast_on_normals_inf_nan():
     x = f32_patterns()
     normal_or_special = (x.view(np.uint32) & 0x7F800000) != 0
     x = x[normal_or_special]
-    (out,) = _ext.multi_cast([mx.nd.array(x)], "bfloat16")
+    (out,) = ops.multi_cast([mx.nd.array(x)], "bfloat16")
     builtin = mx.nd.amp_cast(mx.nd.array(x), dtype=BF16)
     np.testing.assert_array_equal(bits_of(out), bits_of(builtin))
     np.testing.assert_array_equal(bits_of(out), bf16_reference(x))
@@ -86,7 +86,7 @@ def test_float32_to_bfloat16_subnormals_round_to_nearest_even():
     # MXNet's oneDNN amp_cast flushes these to zero; the kernels round them (IEEE, sign kept).
     sub = np.array([0x00000001, 0x80000001, 0x00008000, 0x00018000, 0x00010000, 0x007FFFFF,
                     0x807FFFFF, 0x80000000, 0x00400000], dtype=np.uint32).view(np.float32)
-    (out,) = _ext.multi_cast([mx.nd.array(sub)], "bfloat16")
+    (out,) = ops.multi_cast([mx.nd.array(sub)], "bfloat16")
     np.testing.assert_array_equal(bits_of(out), bf16_reference(sub))
     assert bits_of(out)[-2] == 0x8000  # -0.0 keeps its sign
 
@@ -94,24 +94,24 @@ def test_float32_to_bfloat16_subnormals_round_to_nearest_even():
 def test_bfloat16_to_float32_and_float16_all_patterns():
     bits = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
     x = nd_bf16(bits)
-    out32, = _ext.multi_cast([x], "float32")
+    out32, = ops.multi_cast([x], "float32")
     np.testing.assert_array_equal(out32.asnumpy().view(np.uint32), bf16_to_f32(bits).view(np.uint32))
-    out16, = _ext.multi_cast([x], "float16")
+    out16, = ops.multi_cast([x], "float16")
     np.testing.assert_array_equal(out16.asnumpy().view(np.uint16),
                                   bf16_to_f32(bits).astype(np.float16).view(np.uint16))
 
 
 def test_float16_to_bfloat16_all_patterns():
     h = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    (out,) = _ext.multi_cast([mx.nd.array(h, dtype="float16")], BF16)
+    (out,) = ops.multi_cast([mx.nd.array(h, dtype="float16")], BF16)
     np.testing.assert_array_equal(bits_of(out), bf16_reference(h.astype(np.float32)))
 
 
 def test_float64_inputs_go_through_float32_like_amp_cast():
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.standard_normal(1000) * 1e3, [np.inf, -np.inf, np.nan, -0.0, 1e-300]])
-    (out16,) = _ext.multi_cast([mx.nd.array(x, dtype="float64")], "float16")
-    (out32,) = _ext.multi_cast([mx.nd.array(x, dtype="float64")], "float32")
+    (out16,) = ops.multi_cast([mx.nd.array(x, dtype="float64")], "float16")
+    (out32,) = ops.multi_cast([mx.nd.array(x, dtype="float64")], "float32")
     np.testing.assert_array_equal(out16.asnumpy().view(np.uint16),
                                   x.astype(np.float32).astype(np.float16).view(np.uint16))
     np.testing.assert_array_equal(out32.asnumpy(), x.astype(np.float32))
@@ -127,7 +127,7 @@ def test_multi_cast_many_tensors_odd_sizes_and_mixed_dtypes():
         dt = dtypes[i % 3]
         arrays.append(mx.nd.array(x.astype(dt), dtype=dt))
         refs.append(x.astype(dt).astype(np.float32).astype(np.float16))
-    outs = _ext.multi_cast(arrays, np.float16)
+    outs = ops.multi_cast(arrays, np.float16)
     assert len(outs) == len(arrays)
     for out, ref, arr in zip(outs, refs, arrays):
         assert out.shape == arr.shape and out.dtype == np.float16
@@ -136,7 +136,7 @@ def test_multi_cast_many_tensors_odd_sizes_and_mixed_dtypes():
 
 def test_multi_cast_more_than_1000_tensors():
     arrays = [mx.nd.full((i % 5 + 1,), float(i)) for i in range(1500)]
-    outs = _ext.multi_cast(arrays, "float16")
+    outs = ops.multi_cast(arrays, "float16")
     assert len(outs) == 1500
     got = np.concatenate([o.asnumpy() for o in outs])
     ref = np.concatenate([np.full(i % 5 + 1, i, dtype=np.float32) for i in range(1500)])
@@ -148,16 +148,16 @@ def test_multi_cast_views_with_unaligned_offsets():
     base = mx.nd.array(base_np)
     for offset in range(1, 9):
         view = base[offset:offset + 97]  # data pointer offset by 4*offset bytes
-        (out,) = _ext.multi_cast([view], "bfloat16")
+        (out,) = ops.multi_cast([view], "bfloat16")
         np.testing.assert_array_equal(bits_of(out), bf16_reference(base_np[offset:offset + 97]))
 
 
 def test_multi_cast_keeps_shapes_and_numpy_mode_arrays():
     x = mx.np.array(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
     y = mx.nd.ones((5, 1))
-    ox, oy = _ext.multi_cast([x, y], "float16")  # outputs take the kind of the first array
+    ox, oy = ops.multi_cast([x, y], "float16")  # outputs take the kind of the first array
     assert isinstance(ox, mx.np.ndarray) and isinstance(oy, mx.np.ndarray)
-    (oy_legacy,) = _ext.multi_cast([y], "float16")
+    (oy_legacy,) = ops.multi_cast([y], "float16")
     assert not isinstance(oy_legacy, mx.np.ndarray)
     assert ox.shape == (2, 3, 4) and oy.shape == (5, 1)
     np.testing.assert_array_equal(ox.asnumpy(), np.arange(24).reshape(2, 3, 4).astype(np.float16))
@@ -166,30 +166,30 @@ def test_multi_cast_keeps_shapes_and_numpy_mode_arrays():
 def test_multi_cast_into_preallocated_outputs():
     x = [mx.nd.array([1.5, -2.0]), mx.nd.array([[3.0]])]
     out = [mx.nd.zeros((2,), dtype="float16"), mx.nd.zeros((1, 1), dtype="float16")]
-    result = _ext.multi_cast(x, "float16", out=out)
+    result = ops.multi_cast(x, "float16", out=out)
     assert result[0] is out[0] and result[1] is out[1]
     np.testing.assert_array_equal(out[0].asnumpy(), np.array([1.5, -2.0], np.float16))
     np.testing.assert_array_equal(out[1].asnumpy(), np.array([[3.0]], np.float16))
     wide = [mx.nd.zeros((2,)), mx.nd.zeros((1, 1))]
-    result = _ext.widest_cast([out[0], x[1]], out=wide)  # float16 + float32 -> float32
+    result = ops.widest_cast([out[0], x[1]], out=wide)  # float16 + float32 -> float32
     assert result[0] is wide[0] and result[1] is wide[1]
     np.testing.assert_array_equal(wide[0].asnumpy(), [1.5, -2.0])
     with pytest.raises(ValueError, match="out has 1 arrays but arrays has 2"):
-        _ext.multi_cast(x, "float16", out=out[:1])
+        ops.multi_cast(x, "float16", out=out[:1])
 
 
 def test_zero_size_tensors():
     with mx.util.np_shape(True):  # legacy shape semantics read 0 as "unknown"
         empty = mx.np.zeros((0, 3), dtype="float32")
         one = mx.np.array([2.5], dtype="float32")
-        e_out, o_out = _ext.multi_cast([empty, one], "float16")
-        (w_out,) = _ext.widest_cast([empty])
+        e_out, o_out = ops.multi_cast([empty, one], "float16")
+        (w_out,) = ops.widest_cast([empty])
         assert e_out.shape == (0, 3) and e_out.dtype == np.float16 and w_out.shape == (0, 3)
         np.testing.assert_array_equal(o_out.asnumpy(), np.array([2.5], np.float16))
-        flag, sumsq = _ext.unscale_and_check([empty, one], 0.5, sum_squares=True)
+        flag, sumsq = ops.unscale_and_check([empty, one], 0.5, sum_squares=True)
         assert flag.asnumpy()[0] == 1.0 and one.asnumpy()[0] == 1.25
         assert sumsq.asnumpy()[0] == 1.5625
-        flag = _ext.unscale_and_check([empty], 0.5)
+        flag = ops.unscale_and_check([empty], 0.5)
         assert flag.asnumpy()[0] == 1.0
 
 
@@ -204,7 +204,7 @@ def test_widest_cast_picks_widest_type(dtypes, widest):
     values = np.array([1.5, -2.25, 3.0], dtype=np.float32)
     arrays = [nd_bf16(bf16_reference(values)) if d == "bfloat16" else mx.nd.array(values, dtype=d)
               for d in dtypes]
-    outs = _ext.widest_cast(arrays)
+    outs = ops.widest_cast(arrays)
     expected = BF16 if widest == "bfloat16" else np.dtype(widest)
     for out in outs:
         assert np.dtype(out.dtype) == expected
@@ -217,7 +217,7 @@ def test_widest_cast_matches_builtin_amp_multicast():
     rng = np.random.default_rng(3)
     a = nd_bf16(bf16_reference(rng.standard_normal(15).astype(np.float32))).reshape((3, 5))
     b = mx.nd.array(rng.standard_normal(7), dtype="float32")
-    ours = _ext.widest_cast([a, b])
+    ours = ops.widest_cast([a, b])
     builtin = mx.nd.amp_multicast(a, b, num_outputs=2)
     for o, r in zip(ours, builtin):
         assert o.dtype == r.dtype and o.shape == r.shape
@@ -228,20 +228,20 @@ def test_widest_cast_matches_builtin_amp_multicast():
 def test_empty_list_is_a_clear_error(func):
     args = {"multi_cast": ("float16",), "widest_cast": (), "unscale_and_check": (0.5,)}[func]
     with pytest.raises(ValueError, match="empty"):
-        getattr(_ext, func)([], *args)
+        getattr(ops, func)([], *args)
 
 
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="float32, float16, bfloat16"):
-        _ext.multi_cast([mx.nd.ones(2)], "int8")
+        ops.multi_cast([mx.nd.ones(2)], "int8")
     with pytest.raises(TypeError, match=r"arrays\[1\]"):
-        _ext.multi_cast([mx.nd.ones(2), np.ones(2)], "float16")
+        ops.multi_cast([mx.nd.ones(2), np.ones(2)], "float16")
     with pytest.raises(TypeError, match="single"):
-        _ext.widest_cast(mx.nd.ones(2))
+        ops.widest_cast(mx.nd.ones(2))
     with pytest.raises(TypeError, match="inv_scale"):
-        _ext.unscale_and_check([mx.nd.ones(2)], "0.5")
+        ops.unscale_and_check([mx.nd.ones(2)], "0.5")
     with pytest.raises(mx.MXNetError, match="input 1 has dtype int32"):
-        _ext.multi_cast([mx.nd.ones(2), mx.nd.ones(2, dtype="int32")], "float16").__repr__()
+        ops.multi_cast([mx.nd.ones(2), mx.nd.ones(2, dtype="int32")], "float16").__repr__()
     with pytest.raises(mx.MXNetError, match="num_args"):
         mx.nd.amp_multi_cast(mx.nd.ones(2), dtype="float16")
 
@@ -315,7 +315,7 @@ def raw(arr):
 def test_unscale_matches_numpy_bitwise(dtype, inv_scale):
     grads = make_grads(dtype, [1, 3, 17, 1000, 200_003], seed=4)
     arrays = [to_nd(g) for g in grads]
-    flag = _ext.unscale_and_check(arrays, inv_scale)
+    flag = ops.unscale_and_check(arrays, inv_scale)
     assert flag.shape == (1,) and flag.dtype == np.float32 and flag.asnumpy()[0] == 1.0
     for arr, g in zip(arrays, grads):
         ref, _ = unscale_reference(g, inv_scale)
@@ -330,10 +330,10 @@ def test_unscale_flags_any_non_finite(dtype, bad, where):
     grads[where[0]][where[1]] = bad
     grads = [bf16_reference(g).view(BF16) if dtype == "bfloat16" else g.astype(dtype) for g in grads]
     arrays = [to_nd(g) for g in grads]
-    assert _ext.unscale_and_check(arrays, 0.5).asnumpy()[0] == 0.0
+    assert ops.unscale_and_check(arrays, 0.5).asnumpy()[0] == 0.0
     # The pure check (inv_scale == 1) sees it too and writes nothing.
     before = [raw(a).copy() for a in arrays]
-    assert _ext.unscale_and_check(arrays, 1.0).asnumpy()[0] == 0.0
+    assert ops.unscale_and_check(arrays, 1.0).asnumpy()[0] == 0.0
     for a, b in zip(arrays, before):
         np.testing.assert_array_equal(raw(a).view(np.uint8), b.view(np.uint8))
 
@@ -341,24 +341,24 @@ def test_unscale_flags_any_non_finite(dtype, bad, where):
 def test_unscale_handles_signed_zero_and_subnormals():
     x = np.array([-0.0, 0.0, 1e-45, -1e-45, 1e-40, 1.1754942e-38, 3e38], dtype=np.float32)
     arr = mx.nd.array(x)
-    flag = _ext.unscale_and_check([arr], 0.5)
+    flag = ops.unscale_and_check([arr], 0.5)
     assert flag.asnumpy()[0] == 1.0
     np.testing.assert_array_equal(arr.asnumpy().view(np.uint32), (x * np.float32(0.5)).view(np.uint32))
 
 
 def test_unscale_overflowing_the_storage_type_is_non_finite():
     h = mx.nd.array(np.array([60000.0, 1.0], np.float16), dtype="float16")
-    assert _ext.unscale_and_check([h], 2.0).asnumpy()[0] == 0.0
+    assert ops.unscale_and_check([h], 2.0).asnumpy()[0] == 0.0
     np.testing.assert_array_equal(h.asnumpy(), np.array([np.inf, 2.0], np.float16))
     f = mx.nd.array(np.array([3e38, 1.0], np.float32))
-    assert _ext.unscale_and_check([f], 4.0).asnumpy()[0] == 0.0
+    assert ops.unscale_and_check([f], 4.0).asnumpy()[0] == 0.0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 def test_unscale_sum_squares(dtype):
     grads = make_grads(dtype, [5, 1, 70_000, 300_001], seed=6)
     arrays = [to_nd(g) for g in grads]
-    flag, sumsq = _ext.unscale_and_check(arrays, 1.0 / 1024, sum_squares=True)
+    flag, sumsq = ops.unscale_and_check(arrays, 1.0 / 1024, sum_squares=True)
     assert flag.asnumpy()[0] == 1.0 and sumsq.shape == (1,) and sumsq.dtype == np.float32
     refs = [unscale_reference(g, 1.0 / 1024)[0] for g in grads]
     values = [bf16_to_f32(r) if dtype == "bfloat16" else r for r in refs]
@@ -366,7 +366,7 @@ def test_unscale_sum_squares(dtype):
     np.testing.assert_allclose(sumsq.asnumpy()[0], expected, rtol=1e-6)
     # Deterministic: the same inputs give the same bits.
     again = [to_nd(g) for g in grads]
-    _, sumsq2 = _ext.unscale_and_check(again, 1.0 / 1024, sum_squares=True)
+    _, sumsq2 = ops.unscale_and_check(again, 1.0 / 1024, sum_squares=True)
     assert sumsq2.asnumpy()[0] == sumsq.asnumpy()[0]
 
 
@@ -377,7 +377,7 @@ def test_unscale_mixed_dtypes_many_tensors_and_views():
     views = [base[13 * i + 1:13 * i + 14] for i in range(150)]
     halves = [mx.nd.array(rng.standard_normal(9), dtype="float16") for _ in range(1000)]
     halves_np = [h.asnumpy() for h in halves]
-    flag, sumsq = _ext.unscale_and_check(views + halves, 0.25, sum_squares=True)
+    flag, sumsq = ops.unscale_and_check(views + halves, 0.25, sum_squares=True)
     assert flag.asnumpy()[0] == 1.0
     ref_views = base_np.copy()
     ref_views[1:13 * 150 + 1] *= np.float32(0.25)
@@ -392,6 +392,6 @@ def test_unscale_mixed_dtypes_many_tensors_and_views():
 
 def test_unscale_numpy_mode_arrays():
     x = mx.np.array([2.0, 4.0])
-    flag = _ext.unscale_and_check([x], 0.5)
+    flag = ops.unscale_and_check([x], 0.5)
     assert isinstance(flag, mx.np.ndarray) and float(flag[0]) == 1.0
     np.testing.assert_array_equal(x.asnumpy(), [1.0, 2.0])

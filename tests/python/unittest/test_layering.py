@@ -128,6 +128,6 @@ def test_the_checks_see_private_imports_and_attributes(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path)
     (tmp_path / "a.py").write_text("_SECRET = 1\n")
     (tmp_path / "b.py").write_text("def f():\n    from .a import _SECRET\n    return _SECRET\n")
-    (tmp_path / "c.py").write_text("from . import a, _ext\nx = a._SECRET\ny = _ext.run\n")
-    (tmp_path / "_ext.py").write_text("run = 1\n")
+    (tmp_path / "c.py").write_text("from . import a, _ext\nx = a._SECRET\ny = library.run\n")
+    (tmp_path / "library.py").write_text("run = 1\n")
     assert private_uses(_modules()) == ["b.py:2: from a import _SECRET", "c.py:2: a._SECRET"]

@@ -12,7 +12,7 @@ import pytest
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
 
-from mxnet.amp import layout
+from mxnet.amp.graph import layout
 
 GPU = mx.gpu(0)  # a context object only: structural tests build graphs for it, never run them
 RTOL, ATOL = 1e-5, 1e-5
@@ -261,7 +261,7 @@ def test_emulated_graph_matches_original(name):
 _ONE_BY_ONE_MAP = textwrap.dedent('''
     import mxnet as mx, numpy as np
     from mxnet.gluon import nn
-    from mxnet.amp import layout
+    from mxnet.amp.graph import layout
     mx.random.seed(0)
     net = nn.HybridSequential()
     net.add(nn.Conv2D(16, 3, strides=2, padding=1), nn.BatchNorm(), nn.Activation("relu"))
@@ -494,12 +494,12 @@ def test_offline_weights_keep_low_precision_bits(dtype):
 
 def test_amp_converted_resnet_gets_weights_transposed_through_casts():
     """An AMP-converted model (weights cast in the graph): the casts read the transposed copies."""
-    from mxnet.amp import convert  # pylint: disable=import-outside-toplevel
+    from mxnet.amp.inference import blocks, convert
     mx.random.seed(0)
     net = vision.resnet18_v1()
     net.initialize(mx.init.Xavier())
     x = mx.nd.random.uniform(shape=(2, 3, 32, 32))
-    low = convert.convert_hybrid_block(net, x, "float16")
+    low = blocks.convert_hybrid_block(net, x, "float16")
     ref = low(x).asnumpy()
     sym = low(mx.sym.var("data"))
     aux_names = set(sym.list_auxiliary_states())

@@ -12,7 +12,8 @@ import pytest
 
 import mxnet as mx
 import mxnet.amp  # noqa: F401  (loads the extension library: its ops must be registered first)
-from mxnet.amp import _ext, lists
+from mxnet.amp import lists
+from mxnet.amp.core import library
 from mxnet.amp.lists import bfloat16, float16, groups
 
 from amp_testing import mxnet_onednn_runs_bf16
@@ -30,7 +31,7 @@ def registered_forward_ops():
     """Forward ops computed here, independently of the package: MXNet's registry + the project's ops, and on
     a CPU build the ops only CUDA builds register (the lists serve both wheels)."""
     ops = {op for op in mx.operator.get_all_registered_operators() if not op.startswith("_backward")}
-    return ops | set(_ext.OP_NAMES) | (set() if CUDA_BUILD else set(groups.GPU_BUILD_ONLY))
+    return ops | set(library.OP_NAMES) | (set() if CUDA_BUILD else set(groups.GPU_BUILD_ONLY))
 
 
 def test_gpu_build_only_ops_are_exactly_those_this_build_lacks_or_has():
@@ -94,9 +95,9 @@ def test_checker_reports_duplicates_and_unregistered_names(dtype):
 
 
 def test_project_ops_are_classified():
-    assert _ext.OP_NAMES
+    assert library.OP_NAMES
     for dtype in DTYPES:
-        for op in _ext.OP_NAMES:
+        for op in library.OP_NAMES:
             assert lists.category(op, dtype) in lists.CATEGORIES
             assert op in registered_forward_ops()
 
@@ -376,7 +377,7 @@ def test_ops_said_to_commute_with_rounding_do(dtype):
 
 # ---- native bfloat16 evidence (lists/native_bf16_cpu.json, recorded by tools/probe_bf16.py --values) ----------
 def _fed_bf16():
-    return lists.natively_fed_ops("bfloat16", "cpu") - set(_ext.OP_NAMES)  # ours: test_kernels.py
+    return lists.natively_fed_ops("bfloat16", "cpu") - set(library.OP_NAMES)  # ours: test_kernels.py
 
 
 def test_evidence_file_is_well_formed_and_covers_every_natively_fed_op():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from mxnet.amp.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
+from mxnet.amp.training.loss_scaler import LossScaler, ScalerConfig, ScalerState, next_state
 
 
 def _reference_scales(finite_seq, init, growth, backoff, interval, lo, hi):

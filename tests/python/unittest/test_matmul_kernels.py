@@ -17,8 +17,11 @@ import pytest
 import mxnet as mx
 from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
-from mxnet.amp import _ext, convert as C, graph
-from mxnet.amp.policy import BFLOAT16, FLOAT32, KERNELS, NATIVE, make_policy
+from mxnet.amp.core import library
+from mxnet.amp.inference import convert as C
+from mxnet.amp.graph.rewrite import rewrite_symbol
+from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.core.policy import FLOAT32, KERNELS, NATIVE, make_policy
 
 from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,
                          central_differences, requires_onednn3, requires_onednn3_bf16)
@@ -254,19 +257,19 @@ def test_native_devices_route_matmuls_to_the_library(monkeypatch):
         assert mxnet.library_kernel(op, "cpu") is None
     assert mxnet.lp16_mode("batch_dot", "cpu") == FLOAT32
     assert auto.library_kernel("Pooling", "cpu") is None and auto.library_kernel("FullyConnected", "gpu") is None
-    low, stats = graph.rewrite_symbol(_attention_symbol(), auto, "cpu")
+    low, stats = rewrite_symbol(_attention_symbol(), auto, "cpu")
     ops = _ops(low)
     assert ops.count("amp_fully_connected") == 2 and ops.count("amp_batch_dot") == 2
     assert "FullyConnected" not in ops and "batch_dot" not in ops
     assert dict(stats.kernels) == {"amp_fully_connected": 2, "amp_batch_dot": 2}
     assert dict(stats.lp16_modes) == {"native": 4}
-    low, stats = graph.rewrite_symbol(_attention_symbol(), mxnet, "cpu")
+    low, stats = rewrite_symbol(_attention_symbol(), mxnet, "cpu")
     assert "amp_batch_dot" not in _ops(low) and not stats.kernels
     # Emulating policies feed no low precision operand to a kernel: bfloat16's products run on the library's
     # float32 kernels between roundings (EMULATION_KERNELS), float16's on MXNet's float32 ones.
     for policy, kernels in ((make_policy("bfloat16", emulate=True), {"amp_fully_connected": 2, "amp_batch_dot": 2}),
                             (make_policy("float16"), {})):
-        low, stats = graph.rewrite_symbol(_attention_symbol(), policy, "cpu")
+        low, stats = rewrite_symbol(_attention_symbol(), policy, "cpu")
         assert dict(stats.lp16_modes) == {"emulated": 4} and dict(stats.kernels) == kernels
         assert not [n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"]
                     if n["op"] in ("amp_cast", "amp_multicast") and n["attrs"].get("dtype") in ("bfloat16", "float16")]
@@ -281,10 +284,10 @@ def test_emulating_devices_run_the_library_float32_kernels(monkeypatch):
     assert policy.library_kernel("FullyConnected", "cpu") is None  # no bfloat16 kernels
     assert policy.emulation_kernel("FullyConnected", "cpu") == "amp_fully_connected"
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=8, flatten=False, name="q")
-    low, stats = graph.rewrite_symbol(sym, policy, "cpu")
+    low, stats = rewrite_symbol(sym, policy, "cpu")
     assert dict(stats.kernels) == {"amp_fully_connected": 1} and dict(stats.lp16_modes) == {"emulated": 1}
-    mxnet_low, mxnet_stats = graph.rewrite_symbol(sym, make_policy("bfloat16", kernels="mxnet"), "cpu")
-    assert not set(_ops(mxnet_low)) & set(_ext.ONEDNN_OPS) and not mxnet_stats.kernels
+    mxnet_low, mxnet_stats = rewrite_symbol(sym, make_policy("bfloat16", kernels="mxnet"), "cpu")
+    assert not set(_ops(mxnet_low)) & set(library.ONEDNN_OPS) and not mxnet_stats.kernels
     rng = np.random.RandomState(3)
     x, w, b = rng.uniform(-1, 1, (2, 3, 40)), rng.uniform(-1, 1, (8, 40)), rng.uniform(-1, 1, 8)
     feed = {"data": mx.nd.array(x), "q_weight": mx.nd.array(w), "q_bias": mx.nd.array(b)}
@@ -304,7 +307,7 @@ def test_products_read_only_as_float32_write_float32(monkeypatch):
     # qk feeds softmax (float32) through a division, av the float32 output: both write float32 (no bf16
     # division, no cast); q feeds two bf16 products and stays bf16.
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
-    low, _ = graph.rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu")
+    low, _ = rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu")
     nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
     qk = next(n for n in nodes if n["name"] == "qk")
     av = next(n for n in nodes if n["name"] == "av")
@@ -327,7 +330,7 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
     nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
     assert "Activation" not in [n["op"] for n in nodes]
     assert next(n for n in nodes if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
-    train, _ = graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs keep the ReLU
+    train, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs keep the ReLU
     assert "Activation" in _ops(train)
     rng = np.random.RandomState(3)
     args = {"data": rng.uniform(-1, 1, (5, 6)), "fc1_weight": rng.uniform(-1, 1, (8, 6)),
@@ -416,23 +419,25 @@ def test_amp_init_imperative_calls_run_the_library_kernels(monkeypatch):
 _CHILD = r"""
 import json, logging, os, sys
 import mxnet as mx
-from mxnet.amp import _ext, convert as C, graph
-from mxnet.amp.policy import make_policy
+from mxnet.amp.core import library
+from mxnet.amp.inference import convert as C
+from mxnet.amp.core.policy import make_policy
+from mxnet.amp.graph.rewrite import rewrite_symbol
 x = mx.sym.var("data")
 sym = mx.sym.batch_dot(mx.sym.FullyConnected(x, num_hidden=4, flatten=False, name="fc"), x, transpose_b=True)
 ops = [n["op"] for n in json.loads(C.convert(sym, None, None, "bfloat16", fuse=False).symbol.tojson())["nodes"]]
-ops += [n["op"] for n in json.loads(graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")[0].tojson())["nodes"]]
+ops += [n["op"] for n in json.loads(rewrite_symbol(sym, make_policy("bfloat16"), "cpu")[0].tojson())["nodes"]]
 try:
     mx.nd.amp_fully_connected(mx.nd.ones((2, 3)), mx.nd.ones((4, 3)), num_hidden=4, no_bias=True).wait_to_read()
     error = None
 except mx.base.MXNetError as e:
     error = str(e)
 fc = None
-if _ext.onednn()[0]:
+if library.onednn()[0]:
     x, w = (mx.nd.array(v) for v in json.loads(os.environ["AMP_TEST_FC"]))
     fc = mx.nd.amp_fully_connected(x, w, num_hidden=w.shape[0], no_bias=True, out_dtype="float32").asnumpy().tolist()
 maps = [l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l or "libdnnl" in l]
-print(json.dumps({"onednn": _ext.onednn(), "ops": ops, "error": error, "libs": sorted(set(maps)), "fc": fc}))
+print(json.dumps({"onednn": library.onednn(), "ops": ops, "error": error, "libs": sorted(set(maps)), "fc": fc}))
 """
 
 
@@ -453,7 +458,7 @@ def test_without_onednn3_the_ops_fall_back_to_mxnet_kernels():
     result, stderr = _child(MXNET_AMP_ONEDNN="0")
     assert result["onednn"] == [False, "disabled by MXNET_AMP_ONEDNN=0"]
     assert "FullyConnected" in result["ops"] and "batch_dot" in result["ops"]
-    assert not set(result["ops"]) & set(_ext.ONEDNN_OPS)
+    assert not set(result["ops"]) & set(library.ONEDNN_OPS)
     assert "oneDNN 3 kernels unavailable: disabled by MXNET_AMP_ONEDNN=0" in result["error"]
     lines = [l for l in stderr.splitlines() if "matrix-product kernels are unavailable" in l]
     assert len(lines) == 1 and "disabled by MXNET_AMP_ONEDNN=0" in lines[0]  # one clear line, once

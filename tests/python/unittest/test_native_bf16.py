@@ -15,8 +15,12 @@ import mxnet as mx
 from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
-from mxnet.amp import convert as C, graph, lists
-from mxnet.amp.policy import BFLOAT16 as BF16, make_policy
+from mxnet.amp import lists
+from mxnet.amp.inference import blocks, convert as C
+from mxnet.amp.graph.infer import infer_entry_dtypes
+from mxnet.amp.graph.rewrite import rewrite_symbol
+from mxnet.amp.core.dtypes import BFLOAT16 as BF16
+from mxnet.amp.core.policy import make_policy
 
 from amp_testing import bf16_round, requires_native_bf16
 
@@ -77,7 +81,7 @@ def _deviation(got, ref):
 def _input_dtypes(sym, input_dtypes):
     """``[(node op, [dtype of each input])]`` of a graph, by MXNet's type inference."""
     gdict = json.loads(sym.tojson(remove_amp_cast=False))
-    dtypes = graph.infer_entry_dtypes(gdict, input_dtypes)
+    dtypes = infer_entry_dtypes(gdict, input_dtypes)
     return [(n["op"], [dtypes.get((s, i)) for s, i, _ in n["inputs"]]) for n in gdict["nodes"]]
 
 
@@ -89,7 +93,7 @@ _BROKEN = {op for run in lists.native_evidence()["runs"] for op, row in run["ops
 @pytest.mark.parametrize("fuse", [True, False])
 def test_converted_native_graph_keeps_bf16_away_from_broken_kernels(fuse):
     net, x = _encoder()
-    inputs, sym, params = C.block_graph(net, [x])
+    inputs, sym, params = blocks.block_graph(net, [x])
     out = C.convert(sym, params, {}, "bfloat16", emulate=False, fuse=fuse, cast_params_offline=True,
                     kernels="mxnet")  # the library's kernels: test_matmul_kernels.py
     dtypes = dict({k: v.dtype for k, v in out.arg_params.items()}, data=np.float32)
@@ -103,8 +107,8 @@ def test_converted_native_graph_keeps_bf16_away_from_broken_kernels(fuse):
 
 def test_amp_init_graph_keeps_bf16_away_from_broken_kernels():
     net, x = _encoder()
-    _, sym, _ = C.block_graph(net, [x])
-    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
+    _, sym, _ = blocks.block_graph(net, [x])
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
     for op, ins in _input_dtypes(low, {"data": np.float32}):
         if op in _BROKEN:
             assert "bfloat16" not in ins, (op, ins)
@@ -113,7 +117,7 @@ def test_amp_init_graph_keeps_bf16_away_from_broken_kernels():
 def test_native_device_runs_ops_without_kernels_in_plain_float32(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU, whatever this one is
     net, x = _encoder()
-    inputs, sym, params = C.block_graph(net, [x])
+    inputs, sym, params = blocks.block_graph(net, [x])
     out = C.convert(sym, params, {}, "bfloat16", fuse=False, kernels="mxnet")
     assert not out.summary.emulated and dict(out.summary.lp16_modes)["float32"] == 2  # two batch_dots
     nodes = _input_dtypes(out.symbol, {"data": np.float32})
@@ -125,12 +129,12 @@ def test_native_device_runs_ops_without_kernels_in_plain_float32(monkeypatch):
 @pytest.mark.parametrize("keep", [False, True])
 def test_outputs_come_back_in_float32_unless_kept(keep):
     net, x = _resnet(32)
-    inputs, sym, params = C.block_graph(net, [x])
+    inputs, sym, params = blocks.block_graph(net, [x])
     args = {k: v for k, v in params.items() if k in sym.list_arguments()}
     aux = {k: v for k, v in params.items() if k in sym.list_auxiliary_states()}
     out = C.convert(sym, args, aux, "bfloat16", emulate=False, keep_lp16_outputs=keep)
     dtypes = dict({k: v.dtype for k, v in dict(out.arg_params, **out.aux_params).items()}, data=np.float32)
-    heads = graph.infer_entry_dtypes(json.loads(out.symbol.tojson(remove_amp_cast=False)), dtypes)
+    heads = infer_entry_dtypes(json.loads(out.symbol.tojson(remove_amp_cast=False)), dtypes)
     gdict = json.loads(out.symbol.tojson(remove_amp_cast=False))
     assert [heads[tuple(h[:2])] for h in gdict["heads"]] == ["bfloat16" if keep else "float32"]
 
@@ -140,7 +144,7 @@ def test_hardware_report_names_dtypes_and_ops():
                           check=True, timeout=300).stdout
     assert "bfloat16 on CPU: " in text and "float16 on CPU: emulated" in text
     assert "kept in float32: bfloat16 kernel failed the value probe" in text and "transpose" in text
-    native = amp.policy.native_support("bfloat16", "cpu")
+    native = amp.core.support.native_support("bfloat16", "cpu")
     assert ("low precision ops in float32 here (no bfloat16 kernel)" in text) == native
     if not native:
         bad = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--probe"], capture_output=True,
@@ -151,8 +155,8 @@ def test_hardware_report_names_dtypes_and_ops():
 # ---- AVX-512: the native kernels ------------------------------------------------------------------------
 @requires_native_bf16
 def test_value_probe_confirms_the_evidence_here():
-    from mxnet.amp.probe import probe_values
-    from mxnet.amp.hardware import probe_verdict
+    from mxnet.amp.cli.probe import probe_values
+    from mxnet.amp.cli.hardware import probe_verdict
     rows = probe_values(["transpose", "Convolution", "FullyConnected", "BatchNorm", "Pooling", "Concat",
                          "_np_transpose", "SwapAxis", "elemwise_add"])
     assert rows["transpose"]["verdict"] == "crash"  # oneDNN's bf16 transpose: heap corruption, every shape
@@ -165,14 +169,14 @@ def test_value_probe_confirms_the_evidence_here():
 def test_conv_net_native_is_as_accurate_as_emulation():
     net, x = _resnet()
     ref = net(x).asnumpy()
-    native = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
+    native = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
     out = native(x)
     assert out.dtype == np.float32
     dev_native = _deviation(out.asnumpy(), ref)
-    dev_emulated = _deviation(C.convert_hybrid_block(net, x, "bfloat16", emulate=True)(x).asnumpy(), ref)
+    dev_emulated = _deviation(blocks.convert_hybrid_block(net, x, "bfloat16", emulate=True)(x).asnumpy(), ref)
     # One rounding of the folded weights: oneDNN's own conv+BatchNorm fusion gave ~7x emulation's deviation.
     assert dev_native <= 2 * dev_emulated and dev_native < 2e-2, (dev_native, dev_emulated)
-    unfused = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
+    unfused = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
     unfused(x).wait_to_read()  # oneDNN reorders unfused convolutions' bf16 weights in place
     for block in (native, unfused):  # parameters readable whatever layout oneDNN left them in
         for name, p in block.collect_params().items():
@@ -186,7 +190,7 @@ def test_conv_net_native_is_as_accurate_as_emulation():
 def test_transformer_block_native_runs_and_matches(fuse):
     net, x = _encoder()
     ref = net(x).asnumpy()
-    low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=fuse)
+    low = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=fuse)
     got = low(x)
     assert got.dtype == np.float32
     assert _deviation(got.asnumpy(), ref) <= 5e-3
@@ -201,7 +205,7 @@ def test_numpy_mode_block_with_bf16_params_runs_natively():
         net.initialize()
         x = mx.np.array(np.random.RandomState(4).uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32))
         ref = net(x).asnumpy()
-        low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
+        low = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True)
         assert any("bfloat16" in str(p.dtype) for p in low.collect_params().values())
         got = low(x)
         assert isinstance(got, mx.np.ndarray) and got.dtype == np.float32
@@ -214,7 +218,7 @@ def test_numpy_mode_block_with_bf16_params_runs_natively():
 def test_native_graph_exports_to_onnx(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     net, x = _resnet(32)
-    low = C.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
+    low = blocks.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=True, fuse=False)
     ref = low(x).asnumpy()  # runs first: oneDNN reorders the bf16 weights in place
     path = amp.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"))
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -289,10 +293,10 @@ def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatc
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     assert lists.float32_kernels("bfloat16", "cpu") >= {"BatchNorm", "_npx_batch_norm"}
     assert not lists.float32_kernels("float16", "cpu") and not lists.float32_kernels("bfloat16", "gpu")
-    low, _ = graph.rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate), "cpu", inference=True)
+    low, _ = rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate), "cpu", inference=True)
     g = json.loads(low.tojson(remove_amp_cast=False))
     nodes = g["nodes"]
-    dtypes = graph.infer_entry_dtypes(g, {"data": "float32"})
+    dtypes = infer_entry_dtypes(g, {"data": "float32"})
     bn = next(i for i, n in enumerate(nodes) if n["name"] == "bn")
     relu = next(n for n in nodes if n["name"] == "relu")
     relu_in = tuple(relu["inputs"][0][:2])
@@ -325,7 +329,7 @@ def test_relu_on_bf16_becomes_onednn_activation_where_bf16_is_native(monkeypatch
     assert not lists.native_substitutes("float16", "cpu") and not lists.native_substitutes("bfloat16", "gpu")
     x = mx.sym.var("data")
     sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
-    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16", emulate=emulate), "cpu")
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=emulate), "cpu")
     relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
     if emulate:  # float32 values on an emulated path: MXNet's relu stays
         assert relu["op"] == "relu"
@@ -338,7 +342,7 @@ def test_relu_substituted_on_bf16_gives_relu_of_the_rounded_values():
     # the values need MXNet's bfloat16 kernels: checked where the CPU has them, skipped with the reason elsewhere
     x = mx.sym.var("data")
     sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
-    low, _ = graph.rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
     relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
     assert relu["op"] == "Activation"
     values = np.random.RandomState(1).uniform(-1, 1, (4, 5)).astype(np.float32)

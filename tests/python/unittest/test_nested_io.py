@@ -6,7 +6,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import amp, gluon
-from mxnet.amp.convert import ConvertedBlock, flatten_arrays, nest
+from mxnet.amp.inference.converted_block import ConvertedBlock, flatten_arrays, nest
 
 T, N, UNITS, VOCAB = 5, 2, 16, 20
 

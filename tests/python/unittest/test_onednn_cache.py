@@ -1,5 +1,5 @@
 """The library's oneDNN 3 primitive caches are bounded (least recently used out first), its scratch buffers
-shrink back, and both are counted (``_ext.onednn_cache``): a service sees shapes nobody listed.
+shrink back, and both are counted (``library.onednn_cache``): a service sees shapes nobody listed.
 
 Float32 operands, so that the kernels run on every CPU class; the caches do not depend on the dtype.
 """
@@ -10,7 +10,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
-from mxnet.amp import _ext
+from mxnet.amp.core import library
 
 from amp_testing import requires_onednn3
 
@@ -18,7 +18,7 @@ _CHILD = r"""
 import json, sys
 import mxnet as mx
 import numpy as np
-from mxnet.amp import _ext
+from mxnet.amp.core import library
 
 def rss_mb():
     with open("/proc/self/status") as f:
@@ -35,10 +35,10 @@ for n in range(1, int(sys.argv[1]) + 1):  # distinct lengths, as a service's req
     fc(n)
     if n in (int(sys.argv[1]) // 2, int(sys.argv[1])):
         report["rss"][n] = rss_mb()
-report["stats"]["after_new"] = _ext.onednn_cache()
+report["stats"]["after_new"] = library.onednn_cache()
 for n in range(int(sys.argv[1]) - 9, int(sys.argv[1]) + 1):  # the 10 most recent again: cached
     fc(n)
-report["stats"]["after_repeat"] = _ext.onednn_cache()
+report["stats"]["after_repeat"] = library.onednn_cache()
 print(json.dumps(report))
 """
 
@@ -74,15 +74,15 @@ def test_300_distinct_lengths_leave_the_entries_bounded_and_rss_flat():
 
 @requires_onednn3
 def test_the_default_capacity_and_the_counters_in_this_process():
-    stats = _ext.onednn_cache()
-    assert set(stats) == set(_ext.CACHE_FIELDS)
+    stats = library.onednn_cache()
+    assert set(stats) == set(library.CACHE_FIELDS)
     assert stats["capacity"] == int(os.environ.get("MXNET_AMP_ONEDNN_CACHE_SIZE", 256))
     # oneDNN's own cache would keep every primitive the library's evicted (1024 by default): the same bound
     assert stats["onednn_capacity"] == int(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", stats["capacity"]))
     before = stats["misses"] + stats["hits"]
     x = mx.nd.ones((3, 5))
     mx.nd.amp_fully_connected(x, mx.nd.ones((2, 5)), num_hidden=2, no_bias=True).wait_to_read()
-    after = _ext.onednn_cache()
+    after = library.onednn_cache()
     assert after["misses"] + after["hits"] == before + 1
 
 
@@ -92,7 +92,7 @@ def test_scratch_buffers_shrink_back_after_a_large_call():
         x, w = mx.nd.ones((n, c, 2, 2)), mx.nd.ones((16, c, 3, 3))
         y = mx.nd.amp_convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=16, no_bias=True)
         y.wait_to_read()
-        return _ext.onednn_cache()["buffer_bytes"], y
+        return library.onednn_cache()["buffer_bytes"], y
     small, _ = conv(1, 8)
     large, _ = conv(64, 256)
     again, y = conv(1, 8)
@@ -104,7 +104,7 @@ def test_scratch_buffers_shrink_back_after_a_large_call():
 
 
 def test_without_onednn3_there_is_no_cache_to_report():
-    code = "from mxnet.amp import _ext\nprint(_ext.onednn_cache())\n"
+    code = "from mxnet.amp.core import library\nprint(library.onednn_cache())\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, MXNET_AMP_ONEDNN="0"))
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
@@ -114,7 +114,7 @@ _THREADS_CHILD = r"""
 import json
 import mxnet as mx
 import numpy as np
-from mxnet.amp import _ext
+from mxnet.amp.core import library
 rng = np.random.RandomState(0)
 def uniform(*shape, low=-1):
     return mx.nd.array(rng.uniform(low, 1, shape).astype(np.float32))
@@ -127,7 +127,7 @@ for x, w, d, k, e, g, b in inputs:  # independent ops, pushed at once: with two 
     outs.append(mx.nd.amp_convolution(d, k, kernel=(3, 3), pad=(1, 1), num_filter=8, no_bias=True))
     outs.append(mx.nd.amp_batch_norm(e, g, b, mx.nd.zeros(16), mx.nd.ones(16), mx.nd.zeros((1,)),
                                      fix_gamma=False)[0])  # training mode: the batch's statistics
-print(json.dumps({"threads": _ext.onednn_threads(), "outs": [o.asnumpy().ravel().tolist() for o in outs]}))
+print(json.dumps({"threads": library.onednn_threads(), "outs": [o.asnumpy().ravel().tolist() for o in outs]}))
 """
 
 

@@ -14,8 +14,9 @@ import pytest
 
 import mxnet as mx
 from mxnet.gluon import nn, HybridBlock
-import mxnet.amp.onnx as amp_onnx
-from mxnet.amp.convert import convert, convert_hybrid_block, block_graph
+import mxnet.amp.inference.onnx as amp_onnx
+from mxnet.amp.inference.blocks import block_graph, convert_hybrid_block
+from mxnet.amp.inference.convert import convert
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

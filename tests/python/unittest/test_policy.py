@@ -1,8 +1,9 @@
-"""Tests for mxnet.amp.policy: how each low precision op runs per device, and the hardware detection."""
+"""Tests for mxnet.amp.core.policy and mxnet.amp.core.support: how each low precision op runs per device, and the hardware detection."""
 import pytest
 
 from mxnet.amp import lists
-from mxnet.amp.policy import EMULATED, FLOAT32, NATIVE, make_policy, native_support
+from mxnet.amp.core.policy import EMULATED, FLOAT32, NATIVE, make_policy
+from mxnet.amp.core.support import native_support
 
 
 @pytest.mark.parametrize("forced, bf16_cpu", [("1", False), ("0", True)])

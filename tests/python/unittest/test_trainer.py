@@ -5,10 +5,10 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from mxnet.amp import autocast
-from mxnet.amp import trainer as amp_trainer
-from mxnet.amp.loss_scaler import LossScaler
-from mxnet.amp.trainer import get_loss_scaler, init_trainer, scale_loss, unscale
+from mxnet.amp.autocast import context as autocast
+from mxnet import amp
+from mxnet.amp.training.loss_scaler import LossScaler
+from mxnet.amp.training.trainer import get_loss_scaler, init_trainer, scale_loss, unscale
 
 RNG = np.random.RandomState(0)
 X = RNG.uniform(-1, 1, (5, 4)).astype(np.float32)
@@ -344,7 +344,7 @@ def test_default_scaler_follows_amp_init_dtype(monkeypatch):
     _poison(net.weight, np.nan)
     assert bool(trainer.step(5)) is False  # bf16: no scaling, but non-finite steps are still skipped
     np.testing.assert_array_equal(_params(net)[0], before[0])
-    assert amp_trainer.state_dict(trainer)["target_dtype"] == "bfloat16"
+    assert amp.state_dict(trainer)["target_dtype"] == "bfloat16"
     monkeypatch.setattr(autocast, "target_dtype", lambda: None)
     plain = gluon.Trainer(_net().collect_params(), "sgd")
     assert init_trainer(plain).scale == 2.0 ** 16

@@ -14,7 +14,7 @@ imperative, and asserts:
   loss drifts by a few percent.
 
 Columns: bfloat16 emulated (every machine; forced with ``emulate=True``), bfloat16 native (only where
-``policy.native_support('bfloat16', 'cpu')``, else skipped with the reason), float16 emulated on CPU. float16 on
+``support.native_support('bfloat16', 'cpu')``, else skipped with the reason), float16 emulated on CPU. float16 on
 GPU is tests/python/gpu/test_training_matrix_gpu.py.
 
 Columns: the native one runs amp.init's default there (bfloat16 kernels where MXNet has them, plain float32 for
@@ -36,7 +36,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet.amp import _ext, policy
+from mxnet.amp.core import library, support
 
 import matrix_models
 from amp_testing import mxnet_onednn_runs_bf16
@@ -52,9 +52,9 @@ _EMULATE_ARG = {True: "1", None: "auto"}
 
 _DECONV = ("MXNet 1.9.1: oneDNN Deconvolution backward aborts when its weight is a computed tensor "
            "(float32 repro: w = w0 * 1.0); AMP's cast/rounded weight is one, and this project's oneDNN 3 "
-           "kernels, which route around it, are unavailable: %s" % _ext.onednn()[1])
+           "kernels, which route around it, are unavailable: %s" % library.onednn()[1])
 # (row, hybridize or None for both, column) -> (reason, run in a child process)
-KNOWN_FAILURES = {} if _ext.onednn()[0] else {
+KNOWN_FAILURES = {} if library.onednn()[0] else {
     ("deconv_decoder", False, "bf16_emulated"): (_DECONV, True),
     ("deconv_decoder", False, "fp16_emulated"): (_DECONV, True),
     ("deconv_decoder", False, "bf16_native"): (_DECONV, True),
@@ -121,7 +121,7 @@ def _cells():
 @pytest.mark.parametrize("row,hybridize,column", list(_cells()))
 def test_training_cell(row, hybridize, column):
     dtype, emulate = COLUMNS[column]
-    if emulate is None and not policy.native_support(dtype, "cpu"):
+    if emulate is None and not support.native_support(dtype, "cpu"):
         pytest.skip("no native %s CPU kernels here (oneDNN needs AVX-512; or MXNET_AMP_EMULATE=1)" % dtype)
     reference = _float32_losses(row, hybridize)
     known = _known(row, hybridize, column)

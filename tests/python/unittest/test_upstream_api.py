@@ -19,7 +19,8 @@ import mxnet as mx
 from mxnet import amp
 from mxnet.gluon import nn
 from mxnet.amp.lists import groups, symbol_bf16, symbol_fp16
-from mxnet.amp.policy import FOLLOW, FP32, LP16, WIDEST, native_support
+from mxnet.amp.core.policy import FOLLOW, FP32, LP16, WIDEST
+from mxnet.amp.core.support import native_support
 
 BF16 = np.dtype([("bfloat16", np.uint16)])
 NATIVE_BF16 = native_support("bfloat16", "cpu")
@@ -188,7 +189,7 @@ def test_list_lp16_use_fp32_params():
     data = mx.sym.var("data")
     bn = mx.sym.BatchNorm(data, name="bn")
     # what the list says is what MXNet's type inference asks for when the data is bfloat16
-    from mxnet.amp.graph import lp_input_dtypes
+    from mxnet.amp.graph.infer import lp_input_dtypes
     node = next(n for n in _nodes(bn) if n["name"] == "bn")
     wants = lp_input_dtypes(node, "bfloat16")
     assert [w == "float32" for w in wants] == [bool(name) for name in params["BatchNorm"]]

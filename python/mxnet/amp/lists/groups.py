@@ -9,6 +9,7 @@ the others, so every group has exactly one reason per dtype.
 Every tuple is plain data; ``tests/python/unittest/test_lists.py`` checks that every registered forward
 operator sits in exactly one category per dtype.
 """
+from ..core import op_names
 
 # -------------------- matrix products, linear algebra ----------------------------------------------
 
@@ -440,17 +441,12 @@ UNPREFIXED_BACKWARD = (
     "_npi_backward_polyval", "_npi_hsplit_backward", "_split_v2_backward",
 )
 
-# This project's ops (libmxnet_amp).
-PROJECT_OPS = (
-    "amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast", "amp_round",
-    "amp_scaler_update",
-)
-
-# This project's BatchNorm (libmxnet_amp): float32, float16 or bfloat16 data, float32 parameters and statistics.
-PROJECT_BATCH_NORM = ("amp_batch_norm",)
-
-# This project's oneDNN 3 matrix products and convolution (libmxnet_amp): float32 or bfloat16 operands.
-PROJECT_MATMUL = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_fully_connected", "amp_matmul")
+# This project's ops (libmxnet_amp, :mod:`mxnet.amp.core.op_names`): the multi-tensor ops; BatchNorm (float32,
+# float16 or bfloat16 data, float32 parameters and statistics); the oneDNN 3 matrix products and convolutions
+# (float32 or bfloat16 operands).
+PROJECT_OPS = op_names.MULTI_TENSOR_OPS
+PROJECT_BATCH_NORM = op_names.BATCH_NORM_OPS
+PROJECT_MATMUL = op_names.MATMUL_OPS
 
 # -------------------- domain-specific -------------------------------------------------------------
 

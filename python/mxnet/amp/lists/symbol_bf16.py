@@ -6,7 +6,7 @@ and the ops of ``CONDITIONAL_FP32_FUNCS``; ``LOSS_OUTPUT_FUNCTIONS`` is the part
 gradient the loss scale reaches through an attribute. ``BF16_USE_FP32_PARAMS`` maps the ops whose parameters
 stay float32 to their inputs (``''`` for the data).
 """
-from . import list_lp16_use_fp32_params, upstream_lists
+from .upstream import list_lp16_use_fp32_params, upstream_lists
 
 __all__ = ["BF16_FUNCS", "BF16_FP32_FUNCS", "FP32_FUNCS", "CONDITIONAL_FP32_FUNCS", "WIDEST_TYPE_CASTS",
            "LOSS_OUTPUT_FUNCTIONS", "BF16_USE_FP32_PARAMS"]

@@ -5,7 +5,7 @@ forward op sits in exactly one of ``FP16_FUNCS``, ``FP16_FP32_FUNCS``, ``FP32_FU
 and the ops of ``CONDITIONAL_FP32_FUNCS``; ``LOSS_OUTPUT_FUNCTIONS`` is the part of ``FP32_FUNCS`` whose loss
 gradient the loss scale reaches through an attribute.
 """
-from . import upstream_lists
+from .upstream import upstream_lists
 
 __all__ = ["FP16_FUNCS", "FP16_FP32_FUNCS", "FP32_FUNCS", "CONDITIONAL_FP32_FUNCS", "WIDEST_TYPE_CASTS",
            "LOSS_OUTPUT_FUNCTIONS"]

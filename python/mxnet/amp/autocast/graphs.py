@@ -1,0 +1,127 @@
+"""How the policy reaches graphs: hybridized Gluon blocks, ``SymbolBlock`` and ``Symbol.bind``/``simple_bind``.
+
+The symbol is rewritten once by :func:`mxnet.amp.graph.rewrite.rewrite_symbol` when the cached graph is built,
+so a hybridized block pays nothing per call and each weight is cast once however often the block is applied.
+Each function here makes the hook that replaces one MXNet method, given the original.
+"""
+import functools
+import warnings
+from typing import Callable, Iterable, Iterator
+
+import mxnet as mx
+
+from ..graph import layout
+from ..graph.rewrite import rewrite_symbol
+from ..graph.symbol_json import drop_rounding, to_graph, to_symbol, with_var_dtypes
+from .context import STATE, active_policy
+
+__all__ = ["get_graph", "export", "bind"]
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, mx.nd.NDArray)
+
+
+def _flatten(args: Iterable) -> Iterator:
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flatten(a)
+        else:
+            yield a
+
+
+def _device_type(arrays, default="cpu"):
+    return next((a.context.device_type for a in arrays if _is_array(a)), default)
+
+
+def get_graph(original: Callable) -> Callable:
+    """The ``HybridBlock._get_graph`` hook: rewrite the cached graph once, when it is (re)built under AMP."""
+    @functools.wraps(original)
+    def _get_graph(self, *args):
+        inputs, out = original(self, *args)
+        policy = active_policy()
+        if policy is None or out is getattr(self, "_amp_graph", None):
+            return inputs, out
+        flat = [a for a in _flatten(args) if a is not None]
+        var_dtypes = {p.name: p.dtype for p in self.collect_params().values()}
+        var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
+        var_shapes = {s.name: a.shape for s, a in zip(inputs, flat) if _is_array(a)}
+        before = inputs, out
+        out, _ = rewrite_symbol(out, policy, _device_type(flat), var_dtypes, var_shapes)
+        if policy.layout_optimization:
+            out = _channels_last(out, inputs, flat)
+        self._cached_graph = inputs, out
+        self._amp_graph = out
+        self.__dict__.setdefault("_amp_original", before)
+        STATE.rewritten.add(self)
+        return inputs, out
+    return _get_graph
+
+
+def export(original: Callable) -> Callable:
+    """The ``HybridBlock.export`` hook: with ``remove_amp_cast`` (the default) the file holds the plain float32
+    graph.
+
+    MXNet removes ``amp_cast``/``amp_multicast`` itself; the emulation rounding (``amp_round``, an op of this
+    project's library) goes too, so the exported model loads in MXNet without ``mxnet.amp``.
+    """
+    @functools.wraps(original)
+    def _export(self, path, epoch=0, remove_amp_cast=True):
+        if not remove_amp_cast or not self._cached_graph:
+            return original(self, path, epoch, remove_amp_cast)
+        inputs, out = self._cached_graph
+        self._cached_graph = inputs, to_symbol(drop_rounding(to_graph(out)), like=out)
+        try:
+            return original(self, path, epoch, remove_amp_cast)
+        finally:
+            self._cached_graph = inputs, out
+    return _export
+
+
+def _channels_last(out, inputs, arrays):
+    """The ``amp_layout`` pass on a graph that runs on a GPU; on CPU a warning with the reason."""
+    ctx = next((a.context for a in arrays if _is_array(a)), mx.cpu())
+    refusal = layout.layout_refusal(ctx)
+    if refusal is not None:
+        warnings.warn("amp layout_optimization skipped: %s" % refusal, stacklevel=4)
+        return out
+    pairs = [(s.name, a) for s, a in zip(inputs, arrays) if _is_array(a)]
+    return layout.optimize_layout(out, input_shapes={n: a.shape for n, a in pairs},
+                                  input_dtypes={n: a.dtype for n, a in pairs}, ctx=ctx)
+
+
+def bind(original: Callable, method: str) -> Callable:
+    """The ``Symbol.bind`` (``method="bind"``) or ``Symbol.simple_bind`` hook: bind the rewritten symbol."""
+    @functools.wraps(original)
+    def _bind(self, ctx, *args, **kwargs):
+        policy = active_policy()
+        if policy is None:
+            return original(self, ctx, *args, **kwargs)
+        names = self.list_arguments()
+        arrays = kwargs.get("args", args[0] if args and method == "bind" else None)
+        if isinstance(arrays, (list, tuple)):
+            arrays = dict(zip(names, arrays))
+        if isinstance(arrays, dict):
+            dtypes = {k: v.dtype for k, v in arrays.items()}
+            shapes = {k: v.shape for k, v in arrays.items()}
+        else:  # simple_bind(ctx, grad_req, type_dict, stype_dict, group2ctx, ..., **shapes)
+            dtypes = _inferred_dtypes(self, kwargs.get("type_dict") or {})
+            shapes = {k: v for k, v in kwargs.items() if k in names}
+        sym, _ = rewrite_symbol(self, policy, ctx.device_type, dtypes, shapes)
+        if not isinstance(arrays, dict):
+            # a cast between a parameter and its reader hides the parameter's type from simple_bind's inference
+            graph = to_graph(sym)
+            sym = to_symbol(dict(graph, nodes=with_var_dtypes(graph["nodes"], dtypes)), like=sym)
+        return original(sym, ctx, *args, **kwargs)
+    return _bind
+
+
+def _inferred_dtypes(sym, type_dict):
+    """``type_dict`` completed with the dtypes the original graph infers from it (the parameters', say)."""
+    try:
+        arg_types, _, aux_types = sym.infer_type_partial(**type_dict)
+    except mx.base.MXNetError:
+        return dict(type_dict)
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    found = {k: t for k, t in zip(names, (arg_types or []) + (aux_types or [])) if t is not None}
+    return dict(found, **type_dict)

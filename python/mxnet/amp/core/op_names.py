@@ -1,0 +1,20 @@
+"""The names of the ops libmxnet_amp.so registers with MXNet: the one place that lists them.
+
+Plain data, no imports: :mod:`.library` checks and loads them, :mod:`mxnet.amp.lists.groups` files them into
+the operator categories, the graph passes recognise them.
+"""
+
+__all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "ALL_OPS"]
+
+#: The multi-tensor casts and updates, the loss scaler's step and the emulation rounding.
+MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast",
+                    "amp_round", "amp_scaler_update")
+
+#: BatchNorm on float32, float16 or bfloat16 data with float32 parameters and statistics.
+BATCH_NORM_OPS = ("amp_batch_norm",)
+
+#: The oneDNN 3 matrix products and convolutions (float32 or bfloat16 operands; need libmxnet_amp_onednn.so).
+MATMUL_OPS = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_fully_connected", "amp_matmul")
+
+#: Every op of the library.
+ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS

@@ -1,0 +1,105 @@
+"""What the rewrite does at one node: the policy's decision, resolved against the dtypes that arrive there.
+
+:func:`plan_node` is pure given its inputs: the node, the policy, the device, whether the graph only runs
+forward, and what is known of the node's inputs. The rewrite loop (:mod:`.rewrite`) computes those facts,
+asks for the plan and carries it out: it routes the inputs through casts and records the statistics.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, Policy
+from .symbol_json import CAST_OPS
+
+__all__ = ["NodePlan", "plan_node", "kernel_op"]
+
+_FALSE = ("False", "0", "false")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """How the rewrite treats one op node.
+
+    Attributes
+    ----------
+    action : str
+        ``LP16``, ``FP32``, ``NEUTRAL`` or ``WIDEST``: the policy's action with ``FOLLOW`` resolved by the
+        inputs, and ``LP16`` ops that have no low precision kernel on the device (mode ``FLOAT32``) made ``FP32``.
+    mode : str or None
+        How an op the policy made low precision runs (:meth:`~mxnet.amp.core.policy.Policy.lp16_mode`),
+        ``FLOAT32`` included; None for the other actions.
+    op : str
+        The op the new node runs: a library kernel, a faster substitute, or the node's own op.
+    attrs : dict
+        Attributes added to the node's (a substitute's).
+    followed : bool
+        ``FOLLOW`` resolved to ``LP16`` (a low precision input arrived).
+    neutral_kernel : bool
+        A dtype-neutral op runs on a library kernel for low precision data (``amp_batch_norm``): float32
+        parameters and the graph's mode flag as its last input.
+    float32_island : bool
+        A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first
+        output is cast back to the target dtype.
+    """
+
+    action: str
+    mode: Optional[str]
+    op: str
+    attrs: Dict[str, str] = field(default_factory=dict)
+    followed: bool = False
+    neutral_kernel: bool = False
+    float32_island: bool = False
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the node runs its float32 kernel on values rounded to the target dtype."""
+        return self.action == LP16 and self.mode == EMULATED
+
+
+def kernel_op(op: str, policy: Policy, device_type: str, mode: str) -> str:
+    """The op that runs low precision ``op`` in ``mode``: the library's kernel where the policy picks one."""
+    return policy.kernel(op, device_type, mode) or op
+
+
+def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
+              input_dtypes: Sequence[Optional[str]], any_low: bool) -> NodePlan:
+    """Plan one op node (not a variable).
+
+    Parameters
+    ----------
+    node : dict
+        The symbol-JSON node.
+    policy : Policy
+    device_type : {'cpu', 'gpu'}
+    inference : bool
+        The graph only runs forward (library kernels for dtype-neutral ops serve training graphs).
+    input_dtypes : sequence of str or None
+        What is known of the dtype of each input as it arrives (None: not known).
+    any_low : bool
+        Whether an input holds low precision values (of the target dtype, or rounded to it).
+    """
+    op, attrs = node["op"], node.get("attrs", {})
+    target = policy.target_dtype
+    if op in CAST_OPS:
+        return NodePlan(NEUTRAL, None, op)
+    action = policy.action(op, attrs, node["name"])
+    followed = action == FOLLOW and any_low
+    if action == FOLLOW:
+        action = LP16 if any_low else NEUTRAL
+    if action == LP16:
+        mode = policy.lp16_mode(op, device_type)
+        if mode == FLOAT32:
+            return NodePlan(FP32, mode, op, followed=followed)
+        return NodePlan(action, mode, kernel_op(op, policy, device_type, mode), followed=followed)
+    if action != NEUTRAL or not input_dtypes:
+        return NodePlan(action, None, op)
+    kernel = (policy.neutral_kernel(op, device_type)
+              if not inference and input_dtypes[0] == target and attrs.get("output_mean_var", "False") in _FALSE
+              else None)
+    if kernel is not None:
+        return NodePlan(action, None, kernel, neutral_kernel=True)
+    if any_low and policy.neutral_in_float32(op, device_type):
+        return NodePlan(action, None, op, float32_island=True)
+    substitute = policy.native_substitute(op, device_type) if all(d == target for d in input_dtypes) else None
+    if substitute is not None:  # the same function, a faster low precision kernel (lists.native_substitutes)
+        return NodePlan(action, None, substitute[0], attrs=dict(substitute[1]))
+    return NodePlan(action, None, op)

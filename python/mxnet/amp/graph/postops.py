@@ -1,0 +1,131 @@
+"""Passes over a rewritten graph: casts that type inference proves no-ops go, library products write float32
+where only float32 is read, and in inference graphs ReLUs and residual sums become the products' oneDNN
+post-ops."""
+import functools
+import itertools
+from typing import Any, Mapping
+
+from ..core.policy import NEUTRAL, Policy
+from ..core.op_names import MATMUL_OPS
+from .builder import RewriteStats
+from .infer import infer_entry_dtypes
+from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
+
+__all__ = ["fuse_sum", "fuse_relu", "float32_library_outputs", "drop_noop_casts"]
+
+#: Library kernels with a fused ReLU (``act_type="relu"``), and those with a fused residual sum (``with_sum``).
+_RELU_FUSING = frozenset({"amp_fully_connected", "amp_convolution"})
+_SUM_FUSING = frozenset({"amp_convolution"})
+#: Sums of two tensors of one shape (no broadcasting).
+_SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
+
+
+def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
+    """Inference graphs: a same-shape sum that is the sole reader of an ``amp_convolution`` output becomes the
+    convolution's ``with_sum`` input (oneDNN's sum post-op: a ResNet block's residual add costs no pass of
+    its own). The other operand must have the convolution's output dtype and be computed before it."""
+    if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
+        return graph
+    uses = entry_uses(graph)
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] not in _SAME_SHAPE_SUMS or len(node["inputs"]) != 2:
+            continue
+        entries = [tuple(e[:2]) for e in node["inputs"]]
+        # The later operand's convolution fuses: the other is then computed before it (graph order).
+        for conv_entry, addend in sorted(itertools.permutations(entries), key=lambda p: -p[0][0]):
+            conv = fused.get(conv_entry[0], graph["nodes"][conv_entry[0]])
+            attrs = conv.get("attrs", {})
+            if (conv["op"] in _SUM_FUSING and "act_type" not in attrs and "with_sum" not in attrs
+                    and addend[0] < conv_entry[0] and uses[conv_entry] == 1 and conv_entry != addend
+                    and dtypes.get(conv_entry) is not None and dtypes.get(conv_entry) == dtypes.get(addend)):
+                alias[(nid, 0)] = conv_entry
+                fused[conv_entry[0]] = dict(conv, attrs=dict(attrs, with_sum="True"),
+                                            inputs=conv["inputs"] + [[addend[0], addend[1], 0]])
+                break
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+def fuse_relu(graph: dict) -> dict:
+    """Inference graphs: a ReLU that is the sole reader of a library product's output becomes its
+    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+    uses = entry_uses(graph)
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
+            continue
+        src, idx, _ = node["inputs"][0]
+        product = graph["nodes"][src]
+        if (product["op"] in _RELU_FUSING and "act_type" not in product.get("attrs", {})
+                and uses[(src, idx)] == 1):
+            alias[(nid, 0)] = (src, idx)
+            fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type="relu"))
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str, Any]) -> dict:
+    """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
+
+    A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
+    are float32: a residual sum), through dtype-neutral one-input ops (``x / sqrt(d)`` before a float32
+    softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in float32
+    (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
+    """
+    if not any(node["op"] in MATMUL_OPS for node in graph["nodes"]):
+        return graph
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    readers = {}
+    for nid, node in enumerate(graph["nodes"]):
+        for src, idx, _ in node["inputs"]:
+            readers.setdefault((src, idx), []).append(nid)
+    heads = {tuple(h[:2]) for h in graph["heads"]}
+    counts = num_outputs(graph)
+
+    @functools.lru_cache(maxsize=None)
+    def read_as_float32(entry):
+        if entry in heads or not readers.get(entry):
+            return False
+        for nid in readers[entry]:
+            node = graph["nodes"][nid]
+            if node["op"] == "amp_cast":
+                if node["attrs"]["dtype"] != "float32":
+                    return False
+            elif node["op"] == "amp_multicast":
+                others = [dtypes.get(tuple(e[:2])) for e in node["inputs"] if tuple(e[:2]) != entry]
+                if not others or any(d != "float32" for d in others):
+                    return False
+            elif (len(node["inputs"]) != 1 or node["op"] in CAST_OPS
+                  or policy.action(node["op"], node.get("attrs"), node["name"]) != NEUTRAL
+                  or counts[nid] != 1 or not read_as_float32((nid, 0))):
+                return False
+        return True
+
+    nodes = [dict(node, attrs=dict(node.get("attrs", {}), out_dtype="float32"))
+             if node["op"] in MATMUL_OPS and "out_dtype" not in node.get("attrs", {})
+             and read_as_float32((nid, 0)) else node
+             for nid, node in enumerate(graph["nodes"])]
+    return dict(graph, nodes=nodes)
+
+
+
+def drop_noop_casts(graph: dict, var_dtypes: Mapping[str, Any], stats: RewriteStats) -> dict:
+    """Remove casts whose input already has the wanted dtype, using exact type inference on ``graph``."""
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+    alias = {}
+    for nid, node in enumerate(graph["nodes"]):
+        in_dtypes = [dtypes.get((src, idx)) for src, idx, _ in node["inputs"]]
+        if node["op"] == "amp_cast" and in_dtypes[0] is not None and in_dtypes[0] == node["attrs"]["dtype"]:
+            alias[(nid, 0)] = tuple(node["inputs"][0][:2])
+            stats.casts -= 1
+        elif node["op"] == "amp_multicast" and None not in in_dtypes and len(set(in_dtypes)) == 1:
+            alias.update({(nid, k): tuple(e[:2]) for k, e in enumerate(node["inputs"])})
+            stats.multicasts -= 1
+    return compact(graph, {nid for nid, _ in alias}, alias) if alias else graph
+

@@ -1,0 +1,148 @@
+"""Converters for MXNet's ONNX exporter (``mx.onnx.export_model``): the AMP cast ops, and ``LayerNorm`` and
+``SliceChannel`` for the opsets that removed what MXNet 1.9.1's own emit.
+
+The cast ops a converted graph holds (``amp_cast``, ``amp_multicast``, and the library's ``amp_round`` and
+``amp_multi_cast``) each become ONNX ``Cast`` nodes, and low precision parameters become low precision
+initializers. MXNet's exporter reads graphs with ``Symbol.tojson()``, which drops AMP casts by default; the
+registration makes it read them. :func:`register_converters` records all of it in
+:data:`~mxnet.amp.core.patches.PATCHES`: importing :mod:`mxnet.amp` registers them, ``amp.reset()`` takes them
+back, and every conversion and :func:`mxnet.amp.export_onnx` registers them again.
+"""
+import functools
+
+import mxnet as mx
+import numpy as np
+
+from ..core.dtypes import dtype_name, mx_dtype
+from ..core.patches import PATCHES
+
+__all__ = ["GROUP", "register_converters"]
+
+
+def _onnx_type(dtype):
+    from onnx import TensorProto
+    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
+            "float64": TensorProto.DOUBLE}[dtype]
+
+
+def _np_dtype(dtype):
+    return mx_dtype(dtype)
+
+
+def _convert_amp_cast(node, **kwargs):
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    dtype = attrs["dtype"]
+    return [make_node("Cast", inputs, [name], to=_onnx_type(dtype), name=name)], (_np_dtype(dtype),)
+
+
+def _convert_amp_round(node, **kwargs):
+    """``amp_round`` (float32 rounded to float16/bfloat16, kept float32) as a Cast pair."""
+    from onnx import TensorProto
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    low = name + "_low"
+    return [make_node("Cast", inputs, [low], to=_onnx_type(attrs["dtype"]), name=low),
+            make_node("Cast", [low], [name], to=TensorProto.FLOAT, name=name)], (np.dtype("float32"),)
+
+
+def _cast_each(node, kwargs, dtypes):
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, _ = get_inputs(node, kwargs)
+    nodes = [make_node("Cast", [src], ["%s%d" % (name, i)], to=_onnx_type(dtype), name="%s%d" % (name, i))
+             for i, (src, dtype) in enumerate(zip(inputs, dtypes))]
+    return nodes, tuple(_np_dtype(d) for d in dtypes)
+
+
+def _convert_amp_multicast(node, **kwargs):
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_input_dtypes
+    have = [dtype_name(d) for d in get_input_dtypes(node, kwargs)]
+    rank = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+    narrow = node.get("attrs", {}).get("cast_narrow", "False") in ("True", "true", "1")
+    pick = min if narrow else max
+    want = pick(have, key=rank.get)
+    if not narrow and len(set(have)) > 1 and rank[want] == 1:
+        want = "float32"  # float16 with bfloat16: neither holds the other
+    return _cast_each(node, kwargs, [want] * len(have))
+
+
+def _convert_amp_multi_cast(node, **kwargs):
+    count = len(node["inputs"])
+    return _cast_each(node, kwargs, [node["attrs"]["dtype"]] * count)
+
+
+def _convert_layer_norm(node, **kwargs):
+    """LayerNorm as one ONNX ``LayerNormalization`` (opset 17+). MXNet 1.9.1's own converter emits
+    ``ReduceMean(axes=...)`` attributes, which opset 18 removed, so it fails with onnx >= 1.13."""
+    from onnx.helper import make_node
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    if attrs.get("output_mean_var", "False") in ("True", "true", "1"):
+        raise NotImplementedError("LayerNorm with output_mean_var=True has no ONNX export")
+    return [make_node("LayerNormalization", inputs, [name], name=name, axis=int(attrs.get("axis", -1)),
+                      epsilon=float(attrs.get("eps", 1e-5)))]
+
+
+def _convert_slice_channel(node, **kwargs):
+    """SliceChannel (``split``) for opset 18+, where ONNX ``Split`` needs ``num_outputs``; MXNet 1.9.1's
+    converter omits it."""
+    from onnx import TensorProto
+    from onnx.helper import make_node, make_tensor
+    from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
+    name, inputs, attrs = get_inputs(node, kwargs)
+    count, axis = int(attrs["num_outputs"]), int(attrs.get("axis", 1))
+    if attrs.get("squeeze_axis", "False") not in ("True", "true", "1"):
+        return [make_node("Split", inputs[:1], ["%s%d" % (name, i) for i in range(count)], axis=axis,
+                          num_outputs=count, name=name)]
+    kwargs["initializer"].append(make_tensor(name + "_axes", TensorProto.INT64, [1], [axis]))
+    nodes = [make_node("Split", inputs[:1], ["%s%d_" % (name, i) for i in range(count)], axis=axis,
+                       num_outputs=count, name=name)]
+    nodes += [make_node("Squeeze", ["%s%d_" % (name, i), name + "_axes"], ["%s%d" % (name, i)])
+              for i in range(count)]
+    return nodes
+
+
+#: The group of :data:`~mxnet.amp.core.patches.PATCHES` that the registration records.
+GROUP = "onnx"
+
+
+def register_converters() -> None:
+    """Register the converters with MXNet's ONNX exporter and make it read AMP casts (recorded in
+    :data:`~mxnet.amp.core.patches.PATCHES`: ``amp.reset()`` takes them back). Does nothing when they are in place,
+    or when the ``onnx`` package is missing (MXNet's exporter needs it too)."""
+    try:
+        import onnx  # noqa: F401  (MXNet's exporter needs it)
+        from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    except ImportError:
+        return
+    if PATCHES.holds(GROUP):
+        return
+    converters = [(12, "amp_cast", _convert_amp_cast), (12, "amp_round", _convert_amp_round),
+                  (12, "amp_multicast", _convert_amp_multicast), (12, "amp_multi_cast", _convert_amp_multi_cast),
+                  (17, "LayerNorm", _convert_layer_norm), (18, "SliceChannel", _convert_slice_channel)]
+    for opset, op, func in converters:
+        if opset not in MXNetGraph.registry_:
+            PATCHES.set_item(MXNetGraph.registry_, opset, {}, GROUP)
+        PATCHES.set_item(MXNetGraph.registry_[opset], op, func, GROUP)
+    PATCHES.wrap(MXNetGraph, "create_onnx_graph_proto", _keeping_casts, GROUP)
+
+
+class _KeepCasts(mx.sym.Symbol):
+    """A Symbol view whose ``tojson()`` keeps AMP casts (MXNet's default drops them)."""
+    __slots__ = []
+
+    def tojson(self, remove_amp_cast=False):
+        return super().tojson(remove_amp_cast=False)
+
+
+def _keeping_casts(original):
+    """``MXNetGraph.create_onnx_graph_proto`` reading the graph with its AMP casts."""
+    @functools.wraps(original)
+    def create_onnx_graph_proto(self, sym, *args, **kwargs):
+        view = sym.__copy__()
+        view.__class__ = _KeepCasts
+        return original(self, view, *args, **kwargs)
+    return create_onnx_graph_proto

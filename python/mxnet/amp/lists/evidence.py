@@ -1,0 +1,66 @@
+"""The evidence behind the lists: the bfloat16 value probe per AVX-512 CPU and the per-op timings behind each
+CPU class's plan (JSON files beside this module, written by ``tools/probe_bf16.py`` and ``bench/bench_plan.py``).
+"""
+import functools
+import json
+import os
+
+from .groups import GPU_BUILD_ONLY
+from .tables import dtype_table, native_lp16_ops
+
+__all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "cpu_op_evidence"]
+
+
+def natively_fed_ops(dtype, device_type):
+    """Return the ops that receive ``dtype`` tensors when a graph runs natively on ``device_type``.
+
+    Those are the dtype-neutral, widest-type and conditional ops (low precision values flow through them)
+    and the low precision ops with a native kernel there (:func:`native_lp16_ops`). Their kernels must be
+    right for ``dtype``: ``lists/native_bf16_cpu.json`` holds the value probe's verdict for each of them on
+    an AVX-512 CPU (``tools/probe_bf16.py --values``), and a unit test keeps the two consistent.
+
+    Ops of CUDA builds only (``groups.GPU_BUILD_ONLY``: GPU fusion and the like) never run on a CPU.
+
+    Returns
+    -------
+    frozenset of str
+    """
+    table = dtype_table(dtype)
+    flowing = [op for cat in ("neutral", "widest", "conditional_fp32") for op in table.by_category[cat]]
+    fed = frozenset(flowing) | native_lp16_ops(dtype, device_type)
+    return fed - frozenset(GPU_BUILD_ONLY) if device_type == "cpu" else fed
+
+
+#: Value-probe verdicts that bar an op from receiving bfloat16 natively.
+BAD_VERDICTS = ("mismatch", "error", "crash", "hang")
+
+
+@functools.lru_cache(maxsize=None)
+def native_evidence():
+    """Return the recorded bfloat16 value probe of AVX-512 CPUs (``native_bf16_cpu.json``).
+
+    Returns
+    -------
+    dict
+        ``{"verdicts": {verdict: meaning}, "runs": [{"meta": {cpu, mxnet, date, tolerance, command},
+        "ops": {op: {"verdict", "cases", "rel" or "why"}}}, ...]}``, one run per CPU it was recorded on
+        (``tools/probe_bf16.py --values --out ...`` adds or replaces this machine's run).
+    """
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_bf16_cpu.json")) as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_op_evidence():
+    """Return the per-op timings behind the CPU classes' bfloat16 plans (``cpu_op_evidence.json``).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "about": ..., "classes": {name: None or {"date", "cpu", "command", "ops": [{"label",
+        "op", "native_ms", "emulated_ms"}]}}}``: per CPU class, one-op graphs timed with ``emulate=False`` and
+        ``emulate=True`` (class (a) has no native kernels, hence no ``native_ms``); None where that class was
+        not measured (``bench/bench_plan.py --record`` replaces the classes it ran).
+    """
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_op_evidence.json")) as f:
+        return json.load(f)
