@@ -144,7 +144,7 @@ setup(
     package_dir={"": "python"},
     packages=find_namespace_packages(where="python", include=["mxnet.amp", "mxnet.amp.*"],
                                      exclude=["mxnet.amp._lib", "*.__pycache__"]),
-    package_data={"mxnet.amp": ["*.json"], "mxnet.amp.lists": ["*.json"]},
+    package_data={"mxnet.amp.core": ["*.json"], "mxnet.amp.lists": ["*.json"]},
     ext_modules=[Extension("mxnet.amp._lib.libmxnet_amp", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,

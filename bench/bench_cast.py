@@ -20,7 +20,7 @@ import numpy as np
 from mxnet.amp.core import library, ops
 from timing import copy_seconds, split, timed
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 
 def fused(params, dtype, out=None):

@@ -55,7 +55,7 @@ def conv_table(shapes, repeat, train):
     import mxnet as mx
     from mxnet import autograd
     from mxnet.amp.core import library
-    from mxnet.amp.core.dtypes import BFLOAT16
+    from mxnet.amp.base.dtypes import BFLOAT16
     rng = np.random.RandomState(0)
     rows = []
     for label, batch, cin, size, cout, k, stride in shapes:

@@ -69,7 +69,7 @@ def direct_matmul(m, k, n):
 def fc_table(repeat, tokens):
     import mxnet as mx
     from mxnet.amp.core import library
-    from mxnet.amp.core.dtypes import BFLOAT16
+    from mxnet.amp.base.dtypes import BFLOAT16
     have_ours = library.onednn()[0]
     rng = np.random.RandomState(0)
     rows = []
@@ -89,7 +89,7 @@ def fc_table(repeat, tokens):
 def attention_table(repeat, batch):
     import mxnet as mx
     from mxnet.amp.core import library
-    from mxnet.amp.core.dtypes import BFLOAT16
+    from mxnet.amp.base.dtypes import BFLOAT16
     rng = np.random.RandomState(0)
     rows = []
     for label, heads, d in ATTENTION_SHAPES:

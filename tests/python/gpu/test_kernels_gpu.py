@@ -9,7 +9,7 @@ import pytest
 
 from mxnet.amp.core import ops
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 pytestmark = pytest.mark.skipif(mx.context.num_gpus() == 0,
                                 reason="needs a GPU build of MXNet and a CUDA device")

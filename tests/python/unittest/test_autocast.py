@@ -11,7 +11,7 @@ from mxnet.gluon import nn
 
 from amp_testing import bf16_round, lp_round
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 
 

@@ -14,7 +14,7 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 
 from mxnet.amp.graph.rewrite import rewrite_symbol
-from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import make_policy
 
 from amp_testing import bf16_round, requires_onednn3_bf16

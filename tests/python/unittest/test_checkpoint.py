@@ -358,13 +358,19 @@ def test_killed_while_saving_leaves_a_loadable_file(tmp_path):
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
         leftovers = [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
+        assert len(leftovers) <= 1, leftovers  # the next writer removed the one its killed predecessor left
         mid_write_kills += bool(leftovers)
-        for name in leftovers:
-            os.remove(str(tmp_path / name))
         optimizer_bytes, section = checkpoint.read_file(path)
         assert len(optimizer_bytes) > 4 * 1024 * 1024  # big enough that a kill lands mid-write
         assert set(section) == {"version", "target_dtype", "loss_scaler"}  # read_file checked both CRCs
     assert mid_write_kills >= 1  # at least one kill hit a save in progress, and the old file survived it
+    net = _net()
+    trainer = _trainer(net)
+    _train(net, trainer, 1)
+    trainer.save_states(str(tmp_path / "other"))  # another path's save leaves this path's temporaries alone
+    assert [n for n in os.listdir(str(tmp_path)) if n.endswith(".tmp")] == leftovers
+    trainer.save_states(path)  # the next save of the path removes what the last killed writer left
+    assert sorted(os.listdir(str(tmp_path))) == ["other", "saver.py", "states"]
 
 
 _RESUME = """

@@ -17,7 +17,7 @@ from mxnet import amp, autograd
 from mxnet.gluon import nn
 from mxnet.amp.inference import blocks, convert as C
 from mxnet.amp.graph.rewrite import rewrite_symbol
-from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import make_policy
 
 from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, requires_onednn3,

@@ -13,11 +13,11 @@ import pytest
 import mxnet as mx
 from mxnet.gluon import nn, HybridBlock
 from mxnet.amp.inference import blocks, convert as C
-from mxnet.amp.core.dtypes import dtype_name
+from mxnet.amp.base.dtypes import dtype_name
 
 from amp_testing import bf16_round
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 DTYPES = ("float16", "bfloat16")
 

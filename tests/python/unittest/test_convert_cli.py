@@ -12,7 +12,7 @@ import pytest
 import mxnet as mx
 from mxnet.gluon import nn
 from mxnet.amp.cli import convert as convert_cli
-from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.support import native_support
 
 

@@ -149,7 +149,7 @@ _STAND_IN_CHILD = """
 import json
 import mxnet as mx
 from mxnet.amp.core import cpu, library
-from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.support import native_support, plans_native
 x = mx.nd.amp_cast(mx.nd.ones((4, 8)), dtype=BFLOAT16)
 try:

@@ -5,7 +5,7 @@ import pytest
 
 from mxnet.amp.core import library, ops
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 # Bit patterns every conversion test covers: zeros, +-inf, quiet/signalling NaNs with payloads, the
 # largest/smallest normals and subnormals of float32, and values around float16's overflow,

@@ -13,6 +13,7 @@ import pytest
 import mxnet as mx
 import mxnet.amp  # noqa: F401  (loads the extension library: its ops must be registered first)
 from mxnet.amp import lists
+from mxnet.amp.base.registry import op_handle
 from mxnet.amp.core import library
 from mxnet.amp.lists import bfloat16, float16, groups
 
@@ -205,8 +206,7 @@ def test_bf16_keeps_conv_nets_in_bf16():
 
 def _create_symbol(op, attrs):
     """Create an atomic symbol through MXNet's C API (parses and validates every attribute)."""
-    handle = ctypes.c_void_p()
-    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(op), ctypes.byref(handle)))
+    handle = ctypes.c_void_p(op_handle(op))
     sym = mx.base.SymbolHandle()
     keys = mx.base.c_str_array(list(attrs))
     vals = mx.base.c_str_array([str(v) for v in attrs.values()])

@@ -20,7 +20,7 @@ from mxnet.gluon import nn
 from mxnet.amp.core import library
 from mxnet.amp.inference import convert as C
 from mxnet.amp.graph.rewrite import rewrite_symbol
-from mxnet.amp.core.dtypes import BFLOAT16
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import FLOAT32, KERNELS, NATIVE, make_policy
 
 from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,

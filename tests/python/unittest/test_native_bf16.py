@@ -19,7 +19,7 @@ from mxnet.amp import lists
 from mxnet.amp.inference import blocks, convert as C
 from mxnet.amp.graph.infer import infer_entry_dtypes
 from mxnet.amp.graph.rewrite import rewrite_symbol
-from mxnet.amp.core.dtypes import BFLOAT16 as BF16
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 from mxnet.amp.core.policy import make_policy
 
 from amp_testing import bf16_round, requires_native_bf16

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mxnet as mx
+from mxnet import amp
 from mxnet.gluon import nn, HybridBlock
 import mxnet.amp.inference.onnx as amp_onnx
 from mxnet.amp.inference.blocks import block_graph, convert_hybrid_block
@@ -133,11 +134,18 @@ def _check(got, ref, tol):
     assert err <= tol, "relative deviation %.3g > %.3g" % (err, tol)
 
 
-def test_converters_are_registered_with_mxnet_exporter():
+def test_converters_are_registered_by_conversion_and_taken_back_by_reset():
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-    for op in ("amp_cast", "amp_multicast", "amp_multi_cast"):
+    original = MXNetGraph.create_onnx_graph_proto
+    amp.reset()  # what the import registered is taken back too
+    assert "amp_cast" not in MXNetGraph.registry_.get(12, {}) and MXNetGraph.create_onnx_graph_proto is original
+    net, x = _model("mlp")
+    convert_hybrid_block(net, x, "float16")
+    for op in ("amp_cast", "amp_multicast", "amp_multi_cast", "amp_round"):
         assert op in MXNetGraph.registry_[12], op
-    assert getattr(MXNetGraph.create_onnx_graph_proto, "__amp_keeps_casts__", False)
+    assert MXNetGraph.create_onnx_graph_proto is not original
+    amp.reset()
+    assert "amp_cast" not in MXNetGraph.registry_.get(12, {}) and MXNetGraph.create_onnx_graph_proto is original
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -22,7 +22,7 @@ from mxnet.amp.lists import groups, symbol_bf16, symbol_fp16
 from mxnet.amp.core.policy import FOLLOW, FP32, LP16, WIDEST
 from mxnet.amp.core.support import native_support
 
-BF16 = np.dtype([("bfloat16", np.uint16)])
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 NATIVE_BF16 = native_support("bfloat16", "cpu")
 
 

@@ -1,7 +1,7 @@
 """How the policy reaches imperative code: ``mx.nd``, ``mx.np``, ``mx.npx`` calls and non-hybridized blocks.
 
 The front-end functions of operators that need a cast (everything but the dtype-neutral ones) are replaced by
-thin wrappers (:func:`patch_frontends`, recorded in :data:`~mxnet.amp.core.patches.PATCHES`) that cast their
+thin wrappers (:func:`patch_frontends`, recorded in :data:`~mxnet.amp.base.patches.PATCHES`) that cast their
 array arguments and call the original, or hand them to a library kernel. Inside one top-level ``Block`` call
 (:func:`block_call`), a parameter cast to a dtype is reused, not cast again.
 """
@@ -15,15 +15,15 @@ import mxnet as mx
 import numpy as np
 
 from .. import lists
-from ..core.dtypes import BFLOAT16, FLOAT_RANK, dtype_name, mx_dtype
-from ..core.patches import PATCHES
+from ..base.dtypes import BFLOAT16, FLOAT_RANK, dtype_name, mx_dtype
+from ..base.patches import PATCHES
 from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, WIDEST, Policy
-from ..core.registry import op_handle, registered_ops
+from ..base.registry import op_handle, registered_ops
 from .context import LOCAL, STATE, active_policy
 
 __all__ = ["GROUP", "patch_frontends", "block_call"]
 
-#: The group of :data:`~mxnet.amp.core.patches.PATCHES` that ``amp.init`` records.
+#: The group of :data:`~mxnet.amp.base.patches.PATCHES` that ``amp.init`` records.
 GROUP = "amp.init"
 
 _FAMILIES = ("mxnet.ndarray", "mxnet.numpy", "mxnet.numpy_extension")

@@ -1,7 +1,7 @@
 """``amp.init`` and ``amp.reset``: switch automatic mixed precision on for the process, and off completely.
 
 ``init`` builds the frozen policy, then installs the hooks of :mod:`.imperative` and :mod:`.graphs`, each
-recorded in :data:`~mxnet.amp.core.patches.PATCHES`; ``reset`` undoes every recorded patch (those of
+recorded in :data:`~mxnet.amp.base.patches.PATCHES`; ``reset`` undoes every recorded patch (those of
 ``init_trainer(optimizer)`` and of the ONNX registration too) and rebuilds rewritten graphs in float32.
 """
 import gc
@@ -12,7 +12,7 @@ from mxnet.gluon import block as _gluon_block
 from mxnet.symbol import symbol as _symbol_mod
 
 from ..core import advice
-from ..core.patches import PATCHES
+from ..base.patches import PATCHES
 from ..core.policy import Policy, make_policy
 from . import graphs
 from .context import STATE
@@ -55,9 +55,8 @@ def init(target_dtype: Any = "float16", target_precision_ops: Optional[Sequence[
         with AVX-512 for bfloat16), plain float32 for ops without a kernel on such a device, emulated on
         devices without any (MXNet 1.9.1 has no CPU float16 kernels).
     layout_optimization : bool, optional
-        Also rewrite hybridized graphs on GPU contexts to channels-last convolutions (tensor cores run
-        low precision convolutions fastest in NHWC). On CPU contexts it is skipped with a warning: MXNet
-        1.9.1 runs convolutions only in NCHW there.
+        Also rewrite hybridized graphs on GPU contexts to channels-last convolutions (tensor cores run low
+        precision convolutions fastest in NHWC); on CPU skipped with a warning (MXNet 1.9.1: NCHW only).
     extra_lp16_ops, extra_fp32_ops : list of str, optional
         Ops to run in ``target_dtype`` / float32 *on top of* the lists (built-in or given); everything else
         keeps its treatment. Use these to adjust a few ops (``extra_fp32_ops=["FullyConnected"]``).
@@ -78,7 +77,6 @@ def init(target_dtype: Any = "float16", target_precision_ops: Optional[Sequence[
 
     Examples
     --------
-    >>> from mxnet import amp
     >>> amp.init("bfloat16")
     >>> with amp.disable():
     ...     y = net(x)          # runs in float32
@@ -138,7 +136,7 @@ def _start(policy: Policy, emulate: Optional[bool]) -> None:
 def reset() -> None:
     """Undo ``amp.init`` completely: restore every patched function and rebuild rewritten graphs in fp32.
 
-    Every patch mxnet.amp made outside its own objects is undone (:data:`~mxnet.amp.core.patches.PATCHES`):
+    Every patch mxnet.amp made outside its own objects is undone (:data:`~mxnet.amp.base.patches.PATCHES`):
     ``amp.init``'s hooks, the ``Module.update`` / ``Module.backward`` wrappers of ``init_trainer(optimizer)``
     and the converters registered with ``mx.onnx.export_model`` (``amp.export_onnx`` registers them again when
     it runs). Parameters keep their values and dtypes (AMP casts on the fly and never changes them). A

@@ -8,7 +8,6 @@ written; outputs are written to temporary files and renamed at the end, so a fai
 import json
 import os
 import sys
-import tempfile
 import warnings
 
 import numpy as np
@@ -204,14 +203,13 @@ def _save_all(result, for_onnx, prefix, onnx_path, shapes):
     new ones removed), so a failed run leaves the output paths untouched.
     """
     import mxnet as mx
+    from ..base.files import finish, temporary_beside
     from ..inference.onnx import export_onnx
     final = ([onnx_path] if onnx_path else []) + ["%s-symbol.json" % prefix, "%s-0000.params" % prefix]
     tmp, backups, done = {}, {}, []
     try:
         for path in final:
-            fd, tmp[path] = tempfile.mkstemp(suffix=os.path.splitext(path)[1], dir=os.path.dirname(
-                os.path.abspath(path)))
-            os.close(fd)
+            tmp[path] = temporary_beside(path)
         if onnx_path:
             try:
                 export_onnx(for_onnx.symbol, (for_onnx.arg_params, for_onnx.aux_params), shapes, tmp[onnx_path])
@@ -226,7 +224,7 @@ def _save_all(result, for_onnx, prefix, onnx_path, shapes):
             if os.path.exists(path):
                 backups[path] = path + ".amp-backup"
                 os.replace(path, backups[path])
-            os.replace(tmp[path], path)
+            finish(tmp[path], path)
             del tmp[path]
             done.append(path)
     except BaseException:

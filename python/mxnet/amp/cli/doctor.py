@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .. import lists
-from ..core.dtypes import dtype_name
+from ..base.dtypes import dtype_name
 from ..core.policy import LP16, make_policy
 from ..graph.rewrite import rewrite_symbol
 from ..graph.symbol_json import drop_rounding

@@ -27,8 +27,8 @@ import mxnet as mx
 from mxnet.ndarray._internal import _imperative_invoke
 import numpy as np
 
-from ..core.dtypes import BFLOAT16, dtype_name
-from ..core.registry import group_by_operator, op_handle, registered_ops
+from ..base.dtypes import BFLOAT16, dtype_name
+from ..base.registry import group_by_operator, op_handle, registered_ops
 from .probe_specs import DEFAULT_SHAPES, DTYPES, NCHW, SPECS, VALUE_CASES, VALUE_TOLERANCE
 
 __all__ = ["op_groups", "probe", "probe_values"]

@@ -6,9 +6,9 @@ by ``pip install .``). A second load of the same file (or of another copy when t
 registered) is skipped: loading twice would half-register the ops in MXNet. The names of the library's ops
 are data, in :mod:`.op_names`; :mod:`.ops` runs them.
 
-The matrix products, convolutions and BatchNorm's neighbours run oneDNN 3 kernels from a second library,
+The matrix products and convolutions run oneDNN 3 kernels from a second library,
 ``_lib/libmxnet_amp_onednn.so``, which libmxnet_amp.so opens on first use (it links the ``libdnnl.so.3`` of
-the ``onednn-cpu-gomp`` wheel). :func:`onednn` says whether that worked; ``MXNET_AMP_ONEDNN=0`` in the
+the ``onednn-cpu-gomp`` wheel); BatchNorm and the multi-tensor ops run the library's own kernels. :func:`onednn` says whether that worked; ``MXNET_AMP_ONEDNN=0`` in the
 environment keeps it closed (MXNet's own kernels are used then).
 """
 import ctypes
@@ -19,8 +19,8 @@ from typing import Optional, Tuple
 
 import mxnet as mx
 
-from .op_names import ALL_OPS, MATMUL_OPS
-from .registry import registered_ops
+from ..base.op_names import ALL_OPS, MATMUL_OPS
+from ..base.registry import registered_ops
 
 __all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "GRAPH_INFER_ENV",
            "GRAPH_INFERENCE", "WITHOUT_GRAPH_INFER", "invoker_convention", "install_graph_inference", "CACHE_FIELDS", "cpu_isa",

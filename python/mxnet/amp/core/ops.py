@@ -11,8 +11,8 @@ import numpy as np
 from mxnet.ndarray._internal import _imperative_invoke
 
 from . import library
-from .dtypes import BFLOAT16, TARGET_DTYPES
-from .registry import op_handle
+from ..base.dtypes import BFLOAT16, TARGET_DTYPES
+from ..base.registry import op_handle
 
 __all__ = ["UPDATE_RULES", "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 

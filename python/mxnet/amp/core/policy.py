@@ -28,9 +28,9 @@ DISABLED_ATTR = "__amp_disabled__"
 # How a low precision (LP16) op runs on a device: see Policy.lp16_mode.
 NATIVE, EMULATED, FLOAT32 = "native", "emulated", "float32"
 
-#: Whose kernels run the matrix products: "auto" -- this project's oneDNN 3 kernels where the lists map the op
-#: to one (``lists.library_kernels``), the device runs the dtype natively and the library's oneDNN 3 is loaded,
-#: else MXNet's; "mxnet" -- always MXNet's.
+#: Whose kernels run the matrix products, convolutions and (in training graphs) BatchNorm: "auto" -- this project's
+#: where the lists map the op to one (``lists.library_kernels``, ``lists.neutral_kernels``), the device runs the
+#: dtype natively and the library's oneDNN 3 is loaded, else MXNet's; "mxnet" -- always MXNet's.
 KERNELS = ("auto", "mxnet")
 
 _CATEGORY_ACTION = {"lp16": LP16, "fp32": FP32, "neutral": NEUTRAL, "widest": WIDEST, "loss_output": FP32}
@@ -75,7 +75,8 @@ class Policy:
         Leave graph outputs in ``target_dtype`` where the last op ran in it. By default every output comes
         back in its original dtype (float32), as from the float32 graph.
     kernels : {'auto', 'mxnet'}
-        Whose kernels run the matrix products (:data:`KERNELS`, :meth:`library_kernel`).
+        Whose kernels run the matrix products, convolutions and BatchNorm (:data:`KERNELS`, :meth:`library_kernel`,
+        :meth:`neutral_kernel`).
     """
 
     target_dtype: str

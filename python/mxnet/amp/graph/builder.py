@@ -4,7 +4,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence
 
-from ..core.dtypes import FLOAT_RANK
+from ..base.dtypes import FLOAT_RANK
 from .symbol_json import MODE_NODE, Entry
 
 __all__ = ["RewriteStats", "CastBuilder"]

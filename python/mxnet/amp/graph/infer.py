@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import mxnet as mx
 
-from ..core.dtypes import TYPE_CODES, dtype_name
+from ..base.dtypes import TYPE_CODES, dtype_name
 from .symbol_json import Entry, with_var_dtypes
 
 __all__ = ["infer_entry_dtypes", "lp_input_dtypes", "output_dtypes"]

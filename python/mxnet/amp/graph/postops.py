@@ -6,7 +6,7 @@ import itertools
 from typing import Any, Mapping
 
 from ..core.policy import NEUTRAL, Policy
-from ..core.op_names import MATMUL_OPS
+from ..base.op_names import MATMUL_OPS
 from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs

@@ -13,9 +13,9 @@ import mxnet as mx
 import numpy as np
 
 from .. import lists
-from ..core.dtypes import DTYPE_OF_CODE, FLOAT_RANK, mx_dtype
+from ..base.dtypes import DTYPE_OF_CODE, FLOAT_RANK, mx_dtype
 from ..core.policy import FP32, LP16, NEUTRAL, WIDEST, Policy
-from ..core.op_names import MATMUL_OPS
+from ..base.op_names import MATMUL_OPS
 from .builder import CastBuilder, RewriteStats
 from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 import mxnet as mx
 
-from ..core.dtypes import TYPE_CODES, dtype_name
+from ..base.dtypes import TYPE_CODES, dtype_name
 
 __all__ = ["CAST_OPS", "MODE_NODE", "Entry", "is_mode_node", "to_graph", "to_symbol", "num_outputs", "entry_uses",
            "assemble", "compact", "drop_rounding", "with_var_dtypes", "record_shapes"]

@@ -9,7 +9,7 @@ from mxnet.gluon import HybridBlock
 from mxnet.gluon.parameter import DeferredInitializationError
 
 from ..core.compat import renamed_keywords
-from ..core.dtypes import DTYPE_OF_CODE, dtype_name, mx_dtype
+from ..base.dtypes import DTYPE_OF_CODE, dtype_name, mx_dtype
 from ..graph.layout import convert_layout
 from .convert import convert
 from .converted_block import ConvertedBlock, flatten_arrays
@@ -164,6 +164,8 @@ def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes, 
                       for k, v in new_params.items()}
     inputs = [mx.sym.var(n, dtype=d) for n, d in zip(names, dtypes)]
     net = ConvertedBlock.nested(sym, [s.as_np_ndarray() for s in inputs] if is_np else inputs, *formats)
+    if shapes is not None:
+        net.converted_shapes = {n: tuple(shape) for n, shape in zip(names, shapes)}
     for name, param in net.collect_params().items():
         param.cast(new_params[name].dtype)
         param.grad_req = "null"  # an inference model; numpy mode cannot allocate bfloat16 gradients

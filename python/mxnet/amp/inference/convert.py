@@ -20,9 +20,9 @@ import numpy as np
 
 from .. import lists
 from ..core import advice
-from ..core.callers import stacklevel_outside_package
+from ..base.callers import stacklevel_outside_package
 from ..core.compat import renamed_keywords
-from ..core.dtypes import mx_dtype
+from ..base.dtypes import mx_dtype
 from ..core.policy import Policy, make_policy
 from ..core.support import native_support
 from ..graph import fusion

@@ -6,10 +6,19 @@ Gluon describes nesting by formats (0 for one array, a list of formats for a lis
 """
 import json
 import os
+import re
+from typing import Dict, Optional, Sequence, Tuple
 
+import mxnet as mx
 from mxnet.gluon import SymbolBlock
 
-__all__ = ["ConvertedBlock", "flatten_arrays", "nest"]
+__all__ = ["ConvertedBlock", "InputShapeError", "flatten_arrays", "nest"]
+
+
+class InputShapeError(mx.base.MXNetError, ValueError):
+    """A converted block was called with inputs its operators cannot take: the message names the inputs'
+    shapes, the shapes it was converted with, and what MXNet's shape inference said. An ``MXNetError``, as
+    before, and a ``ValueError``."""
 
 
 def flatten_arrays(value):
@@ -61,6 +70,29 @@ class ConvertedBlock(SymbolBlock):
     """
 
     IO_VERSION = 1
+    #: ``{input name: shape}`` of the data example the block was converted with (None: not known).
+    converted_shapes: Optional[Dict[str, Tuple[int, ...]]] = None
+
+    def forward(self, x, *args):
+        """The graph on the inputs; a shape its operators refuse raises :class:`InputShapeError`."""
+        try:
+            return super().forward(x, *args)
+        except mx.base.MXNetError as err:
+            if not isinstance(x, mx.nd.NDArray) or not re.search(r"(?i)shape", str(err)):
+                raise
+            raise InputShapeError(self._shape_message([x] + list(args), err)) from err
+
+    def _shape_message(self, args: Sequence, err: Exception) -> str:
+        flat, _ = flatten_arrays(list(args))
+        names = [s.name for s in self._cached_graph[0]]
+        given = ", ".join("%s %s" % (n, tuple(a.shape)) for n, a in zip(names, flat))
+        converted = ", ".join("%s %s" % (n, tuple(s)) for n, s in (self.converted_shapes or {}).items())
+        said = [re.sub(r"^\[\d+\] \S+\[\d+\]: |^MXNetError: ", "", line.strip())
+                for line in str(err).splitlines() if line.strip()]
+        reason = next((line for line in reversed(said) if re.search(r"(?i)shape", line)), said[-1])
+        return ("converted block: its operators cannot take inputs of shapes %s%s. MXNet's shape inference: %s"
+                % (given, " (converted with %s; the dimensions the layers fix must stay)" % converted
+                   if converted else "", reason))
 
     @classmethod
     def nested(cls, sym, inputs, in_format, out_format):

@@ -21,13 +21,12 @@ Weights stored as bfloat16 are written as float32 initializers holding the bfloa
 has no bfloat16 initializers), followed by a ``Cast`` where the graph reads them in bfloat16.
 """
 import json
-import os
-import tempfile
 
 import mxnet as mx
 import numpy as np
 
-from ..core.dtypes import TYPE_CODES, dtype_name
+from ..base.dtypes import TYPE_CODES, dtype_name
+from ..base.files import atomic_output
 from ..graph.infer import infer_entry_dtypes
 from ..graph.symbol_json import CAST_OPS, assemble, drop_rounding, num_outputs
 from .blocks import block_graph
@@ -94,17 +93,10 @@ def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_typ
     if keep_io_types:
         gdict = _float32_heads(gdict, var_dtypes)
     out_sym = mx.sym.load_json(json.dumps(gdict))
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=folder)
-    os.close(fd)
-    try:
+    with atomic_output(path) as tmp:
         mx.onnx.export_model(out_sym, params, in_shapes=[tuple(s) for s in input_shapes],
                              in_types=input_types, onnx_file_path=tmp)
         _post_process(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 

@@ -5,7 +5,7 @@ The cast ops a converted graph holds (``amp_cast``, ``amp_multicast``, and the l
 ``amp_multi_cast``) each become ONNX ``Cast`` nodes, and low precision parameters become low precision
 initializers. MXNet's exporter reads graphs with ``Symbol.tojson()``, which drops AMP casts by default; the
 registration makes it read them. :func:`register_converters` records all of it in
-:data:`~mxnet.amp.core.patches.PATCHES`: importing :mod:`mxnet.amp` registers them, ``amp.reset()`` takes them
+:data:`~mxnet.amp.base.patches.PATCHES`: importing :mod:`mxnet.amp` registers them, ``amp.reset()`` takes them
 back, and every conversion and :func:`mxnet.amp.export_onnx` registers them again.
 """
 import functools
@@ -13,8 +13,8 @@ import functools
 import mxnet as mx
 import numpy as np
 
-from ..core.dtypes import dtype_name, mx_dtype
-from ..core.patches import PATCHES
+from ..base.dtypes import dtype_name, mx_dtype
+from ..base.patches import PATCHES
 
 __all__ = ["GROUP", "register_converters"]
 
@@ -105,13 +105,13 @@ def _convert_slice_channel(node, **kwargs):
     return nodes
 
 
-#: The group of :data:`~mxnet.amp.core.patches.PATCHES` that the registration records.
+#: The group of :data:`~mxnet.amp.base.patches.PATCHES` that the registration records.
 GROUP = "onnx"
 
 
 def register_converters() -> None:
     """Register the converters with MXNet's ONNX exporter and make it read AMP casts (recorded in
-    :data:`~mxnet.amp.core.patches.PATCHES`: ``amp.reset()`` takes them back). Does nothing when they are in place,
+    :data:`~mxnet.amp.base.patches.PATCHES`: ``amp.reset()`` takes them back). Does nothing when they are in place,
     or when the ``onnx`` package is missing (MXNet's exporter needs it too)."""
     try:
         import onnx  # noqa: F401  (MXNet's exporter needs it)

@@ -14,8 +14,8 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from ..core.callers import stacklevel_outside_package
-from ..core.dtypes import TYPE_CODES
+from ..base.callers import stacklevel_outside_package
+from ..base.dtypes import TYPE_CODES
 from ..core.ops import multi_cast
 from ..graph.builder import RewriteStats
 from ..graph.infer import infer_entry_dtypes

@@ -9,7 +9,7 @@ the others, so every group has exactly one reason per dtype.
 Every tuple is plain data; ``tests/python/unittest/test_lists.py`` checks that every registered forward
 operator sits in exactly one category per dtype.
 """
-from ..core import op_names
+from ..base import op_names
 
 # -------------------- matrix products, linear algebra ----------------------------------------------
 
@@ -441,7 +441,7 @@ UNPREFIXED_BACKWARD = (
     "_npi_backward_polyval", "_npi_hsplit_backward", "_split_v2_backward",
 )
 
-# This project's ops (libmxnet_amp, :mod:`mxnet.amp.core.op_names`): the multi-tensor ops; BatchNorm (float32,
+# This project's ops (libmxnet_amp, :mod:`mxnet.amp.base.op_names`): the multi-tensor ops; BatchNorm (float32,
 # float16 or bfloat16 data, float32 parameters and statistics); the oneDNN 3 matrix products and convolutions
 # (float32 or bfloat16 operands).
 PROJECT_OPS = op_names.MULTI_TENSOR_OPS

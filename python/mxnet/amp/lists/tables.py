@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.dtypes import BFLOAT16
+from ..base.dtypes import BFLOAT16
 from . import rounding
-from ..core.op_names import ALL_OPS
+from ..base.op_names import ALL_OPS
 from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
@@ -141,7 +141,7 @@ def registered_forward_ops():
     """Return every forward operator name MXNet knows now, this project's ops included.
 
     MXNet's registry is read once (after ``import mxnet.amp`` has loaded the extension library);
-    the library's ops (:mod:`mxnet.amp.core.op_names`) are always included.
+    the library's ops (:mod:`mxnet.amp.base.op_names`) are always included.
 
     Returns
     -------
@@ -159,7 +159,7 @@ def alias_groups():
     tuple of tuple of str
         Each group sorted; groups sorted by their first name.
     """
-    from ..core.registry import group_by_operator
+    from ..base.registry import group_by_operator
     return group_by_operator(registered_forward_ops())
 
 

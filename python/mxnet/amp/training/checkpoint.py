@@ -18,13 +18,11 @@ fields. Both parts carry a CRC-32, so a truncated or corrupted file is detected.
 """
 import io
 import json
-import os
 import pickle
 import struct
-import tempfile
 import zlib
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "AMP_SECTION_VERSION", "pack", "unpack", "atomic_write", "read_file"]
+__all__ = ["MAGIC", "FORMAT_VERSION", "AMP_SECTION_VERSION", "pack", "unpack", "read_file"]
 
 #: Last bytes of every file written by an AMP trainer.
 MAGIC = b"\x00MXNET.AMP.STATES\x00"
@@ -124,32 +122,6 @@ def unpack(data, source="<bytes>"):
         raise ValueError("%s has an unsupported AMP section %r; expected a dict with version %d"
                          % (source, amp if not isinstance(amp, dict) else amp.get("version"), AMP_SECTION_VERSION))
     return optimizer_bytes, amp
-
-
-def atomic_write(fname, data):
-    """Write ``data`` to ``fname`` so that a crash leaves either the old or the new file, never a mix.
-
-    The bytes go to a temporary file in the same folder, which is flushed, fsync'ed and renamed over
-    ``fname`` with ``os.replace`` (atomic on POSIX and Windows); the folder is fsync'ed where supported.
-    """
-    folder = os.path.dirname(os.path.abspath(fname))
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(fname), suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, fname)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    if hasattr(os, "O_DIRECTORY"):
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def read_file(fname):

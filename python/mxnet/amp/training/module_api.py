@@ -18,7 +18,7 @@ inf/nan in one fused pass and one host sync before anything changes: when all ar
 update; none when it was not called, as in ``Module.fit``); otherwise it skips the update completely (weights,
 optimizer states and the optimizer's update counters stay as they were). ``Module.update`` and
 ``Module.backward`` are wrapped on the first ``init_trainer(optimizer)`` (recorded in
-:data:`~mxnet.amp.core.patches.PATCHES`); modules whose optimizer has no AMP state run exactly as before.
+:data:`~mxnet.amp.base.patches.PATCHES`); modules whose optimizer has no AMP state run exactly as before.
 ``amp.reset()`` puts both methods back: an optimizer initialised before the reset then needs ``init_trainer``
 again, and ``scale_loss`` / ``unscale`` refuse it until then (its gradients would otherwise stay scaled). Loss heads whose backward ignores the head gradient (``SoftmaxOutput``,
 ``MakeLoss``...) cannot be scaled this way: train them with a static ``LossScaler(init_scale=1)`` (bfloat16's
@@ -30,13 +30,13 @@ import weakref
 from mxnet import module as _module
 from mxnet.optimizer import Optimizer
 
-from ..core.patches import PATCHES
+from ..base.patches import PATCHES
 from .amp_state import AmpState, Stage, attach, attached, replace_scaler, report_step, state_of
 from .checks import check_gradients
 
 __all__ = ["GROUP", "init_optimizer", "active_state", "unscale_optimizer"]
 
-#: The group of :data:`~mxnet.amp.core.patches.PATCHES` that ``init_trainer(optimizer)`` records.
+#: The group of :data:`~mxnet.amp.base.patches.PATCHES` that ``init_trainer(optimizer)`` records.
 GROUP = "init_trainer(optimizer)"
 
 

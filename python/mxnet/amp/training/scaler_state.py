@@ -2,7 +2,7 @@
 
 :class:`ScalerConfig` and :class:`ScalerState` are frozen. :func:`next_state` computes the state after one
 optimizer step from the state before it and whether that step's gradients were finite; it has no side effects.
-:meth:`ScalerState.from_dict` validates a stored state against a config. The host scaler
+:func:`state_from_dict` validates a stored state against a config. The host scaler
 (:class:`~mxnet.amp.loss_scaler.LossScaler`) and its device copy (:mod:`mxnet.amp.device_scaler`) both build on
 this module; it imports neither.
 """

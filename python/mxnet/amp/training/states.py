@@ -12,6 +12,7 @@ from typing import Any, Dict
 
 from mxnet.gluon import Trainer
 
+from ..base.files import atomic_write
 from . import checkpoint
 from .amp_state import state_of
 from .kvstore import ensure_kvstore
@@ -33,7 +34,7 @@ def _optimizer_bytes(trainer):
 
 def save_states(trainer: Trainer, fname: str) -> None:
     """AMP version of ``Trainer.save_states``: optimizer states plus the AMP section, written atomically."""
-    checkpoint.atomic_write(fname, checkpoint.pack(_optimizer_bytes(trainer), state_dict(trainer)))
+    atomic_write(fname, checkpoint.pack(_optimizer_bytes(trainer), state_dict(trainer)))
 
 
 def load_states(trainer: Trainer, fname: str) -> None:
