@@ -1,16 +1,26 @@
-"""The package's modules talk through named interfaces: no import cycles, lazy imports inside functions
-included, and no private (``_name``) module attribute imported or read from another module of the package.
+"""The package's modules talk through named interfaces.
 
-Read from the source tree with ``ast``: what is checked is the code as written, not what happened to run.
+* no import cycles, lazy imports inside functions included;
+* no private (``_name``) attribute imported or read from another module of the package;
+* every name a module imports from another module of the package is in that module's ``__all__``, and every
+  name of a module's ``__all__`` is used outside it (by another module, a test, a bench or a tool): ``__all__``
+  lists exactly what other rooms may use, so everything else is visibly internal.
+
+Read from the source tree with ``ast``: what is checked is the code as written, not what happened to run. The
+rooms (folders) and which may import which are docs/architecture.md's, checked by test_docs.py.
 """
 import ast
 import pathlib
+import re
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "python" / "mxnet" / "amp"
-#: The one private module others may import: the only module that loads the C++ library (house style).
-PRIVATE_MODULES = {"_ext"}
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "python" / "mxnet" / "amp"
+#: Modules of plain data (tuples and dicts): every name is theirs to share, so they have no ``__all__``.
+DATA_MODULES = ("lists.groups", "lists.float16", "lists.bfloat16", "lists.rounding")
+#: Where names of the package are used from outside it.
+USERS = ("tests", "bench", "tools", "docs", "README.md")
 
 
 def _module_name(path):
@@ -29,11 +39,13 @@ def _relative_imports(path):
     the file (module level or inside functions)."""
     name = _module_name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    if name == "":
+        package = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ImportFrom) or node.level == 0:
             continue
         if node.level - 1 > len(package):
-            continue  # from .. import X: MXNet itself, outside the package
+            continue  # from ... import X: MXNet itself, outside the package
         base = package[:len(package) - (node.level - 1)]
         if node.module is None:
             for alias in node.names:
@@ -73,30 +85,90 @@ def find_cycle(graph):
     return None
 
 
-def private_uses(modules):
-    """``"file:line: what"`` for each private name imported from, or read off, another package module."""
+def _aliases(path, modules):
+    """``{local name: module}`` for the package modules ``path`` imports as a whole (``from . import x as y``)."""
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    aliases = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or node.level == 0 or node.level - 1 > len(package):
+            continue
+        base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+        for alias in node.names:
+            target = ".".join(base + [alias.name])
+            if target in modules:
+                aliases[alias.asname or alias.name] = target
+    return aliases
+
+
+def uses(modules):
+    """``[(file, line, module, name)]``: each name a package module takes from another one, by ``from M import
+    name`` or ``M.name`` (M imported as a whole)."""
     found = []
     for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        aliases = {}
         for lineno, target, names in _relative_imports(path):
-            for imported in names:
-                if imported.startswith("_") and not imported.startswith("__") and imported not in PRIVATE_MODULES:
-                    found.append("%s:%d: from %s import %s" % (path.name, lineno, target, imported))
-            if not names:
-                aliases[target.rsplit(".", 1)[-1]] = target
-            else:
-                aliases.update({n: target + "." + n for n in names if target + "." + n in modules})
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
-                found.append("%s:%d: %s.%s" % (path.name, node.lineno, node.value.id, node.attr))
+            if target in modules and target != name:
+                found += [(path, lineno, target, n) for n in names if target + "." + n not in modules]
+        aliases = _aliases(path, modules)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                target = aliases[node.value.id]
+                if target != name and target + "." + node.attr not in modules:
+                    found.append((path, node.lineno, target, node.attr))
     return found
+
+
+def private_uses(modules):
+    """``"file:line: what"`` for each private name imported from, or read off, another package module."""
+    return ["%s:%d: %s.%s" % (path.relative_to(PACKAGE), line, target, n) for path, line, target, n in uses(modules)
+            if n.startswith("_") and not n.startswith("__")]
+
+
+def exports(path):
+    """The names of the module's ``__all__`` (None when it has none)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return [ast.literal_eval(e) for e in node.value.elts]
+    return None
+
+
+def unexported_uses(modules):
+    """``"file:line: module.name"`` for each name taken from another module that its ``__all__`` lacks."""
+    bad = []
+    for path, line, target, n in uses(modules):
+        listed = exports(modules[target])
+        if listed is not None and n not in listed and not n.startswith("__"):
+            bad.append("%s:%d: %s.%s" % (path.relative_to(PACKAGE), line, target, n))
+    return bad
+
+
+def _outside_text():
+    texts = []
+    for where in USERS:
+        base = ROOT / where
+        files = [base] if base.is_file() else sorted(base.rglob("*.py")) + sorted(base.rglob("*.md")) + \
+            sorted(base.rglob("*.sh"))
+        texts += [f.read_text(errors="replace") for f in files]
+    return "\n".join(texts)
+
+
+def unused_exports(modules):
+    """``"module.name"`` for each name of a module's ``__all__`` that nothing outside the module uses."""
+    taken = {(target, n) for _, _, target, n in uses(modules)}
+    outside = _outside_text()
+    bad = []
+    for name, path in modules.items():
+        for n in exports(path) or ():
+            if name == "" or name.startswith("lists") or (name, n) in taken:
+                continue  # the API, and upstream's list modules, are used by users
+            if not re.search(r"(?<![\w])%s(?![\w])" % re.escape(n), outside):
+                bad.append("%s.%s" % (name, n))
+    return bad
 
 
 def test_the_package_has_no_import_cycle():
     modules = _modules()
-    assert {"trainer", "module_api", "amp_state", "loss_scaler", "device_scaler", "scaler_state"} <= set(modules)
+    assert {"training.trainer", "training.module_api", "core.library", "graph.rewrite"} <= set(modules)
     cycle = find_cycle(import_graph(modules))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -105,11 +177,27 @@ def test_no_private_name_crosses_a_module_boundary():
     assert private_uses(_modules()) == []
 
 
+def test_every_module_has_an_all_and_others_take_only_from_it():
+    modules = _modules()
+    missing = sorted(n for n, p in modules.items() if exports(p) is None and p.name != "__init__.py"
+                     and n != "__main__" and n not in DATA_MODULES)
+    assert missing == [], "modules without __all__: %s" % missing
+    assert unexported_uses(modules) == []
+
+
+def test_every_exported_name_is_used_outside_its_module():
+    assert unused_exports(_modules()) == []
+
+
 def test_the_shared_state_modules_stay_below_their_users():
     graph = import_graph(_modules())
-    assert "trainer" not in graph["module_api"] and "module_api" in graph["trainer"]
-    assert graph["amp_state"] == set() and graph["scaler_state"] == set()  # leaves: no package imports
-    assert "loss_scaler" not in graph["device_scaler"] and "device_scaler" in graph["loss_scaler"]
+    assert "training.trainer" not in graph["training.module_api"]
+    assert "training.module_api" in graph["training.trainer"]
+    assert graph["training.scaler_state"] == set()  # a leaf: the pure rule, no package imports
+    assert "training.loss_scaler" not in graph["training.device_scaler"]
+    assert "training.device_scaler" in graph["training.loss_scaler"]
+    base = {n for n in graph if n.startswith("base")}
+    assert all(t in base for n in base for t in graph[n]), "base imports nothing above it"
 
 
 @pytest.mark.parametrize("source,cycle", [
@@ -124,10 +212,15 @@ def test_the_checks_see_lazy_and_long_cycles(tmp_path, monkeypatch, source, cycl
     assert find_cycle(import_graph(_modules())) == cycle
 
 
-def test_the_checks_see_private_imports_and_attributes(tmp_path, monkeypatch):
+def test_the_checks_see_private_and_unexported_names(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path)
-    (tmp_path / "a.py").write_text("_SECRET = 1\n")
-    (tmp_path / "b.py").write_text("def f():\n    from .a import _SECRET\n    return _SECRET\n")
-    (tmp_path / "c.py").write_text("from . import a, _ext\nx = a._SECRET\ny = library.run\n")
-    (tmp_path / "library.py").write_text("run = 1\n")
-    assert private_uses(_modules()) == ["b.py:2: from a import _SECRET", "c.py:2: a._SECRET"]
+    (tmp_path / "a.py").write_text("__all__ = ['shared']\n_SECRET = 1\nshared = 2\ninternal = 3\n")
+    (tmp_path / "b.py").write_text("__all__ = []\ndef f():\n    from .a import _SECRET\n    return _SECRET\n")
+    (tmp_path / "c.py").write_text("__all__ = []\nfrom . import a\nx = a._SECRET\ny = a.shared\nz = a.internal\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "__init__.py").write_text("")
+    (sub / "d.py").write_text("__all__ = []\nfrom ..a import internal\n")
+    assert private_uses(_modules()) == ["b.py:3: a._SECRET", "c.py:3: a._SECRET"]
+    assert unexported_uses(_modules()) == ["b.py:3: a._SECRET", "c.py:3: a._SECRET", "c.py:5: a.internal",
+                                           "sub/d.py:2: a.internal"]

@@ -8,7 +8,7 @@ changed on the instance only (its wrapped methods live in the instance's ``__dic
 """
 from typing import Any, Callable, List, MutableMapping, Optional, Tuple
 
-__all__ = ["Patch", "Patches", "PATCHES"]
+__all__ = ["Patches", "PATCHES"]
 
 _MISSING = object()
 

@@ -22,7 +22,7 @@ from ..core.policy import LP16, make_policy
 from ..graph.rewrite import rewrite_symbol
 from ..graph.symbol_json import drop_rounding
 
-__all__ = ["Finding", "Report", "diagnose", "diagnose_block", "add_arguments", "run"]
+__all__ = ["diagnose", "diagnose_block", "add_arguments", "run"]
 
 _MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 _LISTED = 6  # parameters named in the report text; the Report holds them all

@@ -13,7 +13,7 @@ from ..core import advice, cpu, library
 from ..core.policy import EMULATED, FLOAT32, NATIVE, make_policy
 from ..core.support import native_support, plans_native
 
-__all__ = ["add_arguments", "run", "format_report", "probe_verdict"]
+__all__ = ["add_arguments", "run", "probe_verdict"]
 
 _CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
 

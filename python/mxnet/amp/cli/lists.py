@@ -6,7 +6,7 @@ from ..core import library
 from ..core.policy import make_policy
 from ..core.support import plans_native
 
-__all__ = ["add_arguments", "run", "format_table", "format_op"]
+__all__ = ["add_arguments", "run"]
 
 _TITLES = {"lp16": "low precision", "fp32": "float32", "neutral": "dtype-neutral", "widest": "widest type",
            "conditional_fp32": "conditional float32", "loss_output": "loss output"}

@@ -1,8 +1,8 @@
 """The probe's cases as data: the inputs and attributes each operator is invoked with (:data:`SPECS`), the extra
 shapes of the value probe (:data:`VALUE_CASES`), and its verdicts and tolerance. Read by :mod:`.probe`."""
 
-__all__ = ["DTYPES", "NCHW", "BIG", "DEFAULT_SHAPES", "SPECS", "VALUE_CASES", "EVIDENCE_VERDICTS", "VALUE_TOLERANCE",
-           "f32", "i32", "lengths"]
+__all__ = ["DTYPES", "NCHW", "DEFAULT_SHAPES", "SPECS", "VALUE_CASES", "EVIDENCE_VERDICTS", "VALUE_TOLERANCE",
+           "lengths"]
 
 DTYPES = ("float32", "float16", "bfloat16")
 NCHW = (2, 3, 4, 4)

@@ -24,8 +24,8 @@ import warnings
 from .. import lists
 from . import cpu
 
-__all__ = ["AUTO", "RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "default_plan", "ratios",
-           "ratio_summary", "resolve", "warn_if_slow", "log_choice", "gpu_count"]
+__all__ = ["RATIOS_FILE", "FAST_BF16_CLASSES", "SlowBfloat16Warning", "default_plan", "ratios", "ratio_summary",
+           "resolve", "warn_if_slow", "log_choice", "gpu_count"]
 
 #: The target dtype that asks this module to choose.
 AUTO = "auto"

@@ -12,7 +12,7 @@ that names its replacement, and means exactly what the new name means.
 """
 import warnings
 
-__all__ = ["RENAMED", "renamed_keywords"]
+__all__ = ["renamed_keywords"]
 
 #: Old keyword name -> the name that replaced it.
 RENAMED = {"data_names": "input_names", "cast_optional_params": "cast_params_offline"}

@@ -29,9 +29,9 @@ from collections import namedtuple
 import functools
 import os
 
-__all__ = ["CpuClass", "CLASSES", "AVX512_CORE", "CPUINFO_ENV", "CLASS_ENV", "ISA_CAP_ENVS", "ISA_CAPS",
-           "STAND_IN_ISA", "read_flags", "flags", "classify", "hardware_class", "cpu_class", "by_name",
-           "stand_in_env", "stand_in", "model_name"]
+__all__ = ["CLASSES", "AVX512_CORE", "CPUINFO_ENV", "CLASS_ENV", "ISA_CAP_ENVS", "ISA_CAPS", "STAND_IN_ISA",
+           "read_flags", "flags", "classify", "hardware_class", "cpu_class", "by_name", "stand_in_env", "stand_in",
+           "model_name"]
 
 #: The AVX-512 subsets oneDNN's ``avx512_core`` needs: MXNet's oneDNN runs bfloat16 only with all four.
 AVX512_CORE = frozenset(("avx512f", "avx512bw", "avx512vl", "avx512dq"))

@@ -22,9 +22,9 @@ import mxnet as mx
 from ..base.op_names import ALL_OPS, MATMUL_OPS
 from ..base.registry import registered_ops
 
-__all__ = ["SUPPORTED_MXNET", "check_mxnet_version", "OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "GRAPH_INFER_ENV",
-           "GRAPH_INFERENCE", "WITHOUT_GRAPH_INFER", "invoker_convention", "install_graph_inference", "CACHE_FIELDS", "cpu_isa",
-           "cuda_kernels", "onednn", "onednn_bf16", "onednn_cache", "onednn_threads"]
+__all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "GRAPH_INFER_ENV", "GRAPH_INFERENCE", "WITHOUT_GRAPH_INFER",
+           "invoker_convention", "install_graph_inference", "CACHE_FIELDS", "cpu_isa", "cuda_kernels", "onednn",
+           "onednn_bf16", "onednn_cache", "onednn_threads"]
 
 #: Every op the library registers. ``ONEDNN_OPS``: those that need libmxnet_amp_onednn.so (see :func:`onednn`).
 ONEDNN_OPS = MATMUL_OPS

@@ -13,8 +13,8 @@ import mxnet as mx
 from .. import lists
 from .support import library_ready, plans_native
 
-__all__ = ["Policy", "make_policy", "OverrideError", "KERNELS", "DISABLED_ATTR", "LP16", "FP32", "NEUTRAL", "WIDEST",
-           "FOLLOW", "NATIVE", "EMULATED", "FLOAT32"]
+__all__ = ["Policy", "make_policy", "KERNELS", "DISABLED_ATTR", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
+           "EMULATED", "FLOAT32"]
 
 # Actions a node can get. Loss outputs and satisfied conditional entries resolve to FP32; the rest to NEUTRAL.
 # FOLLOW (ops of a built-in list the user replaced): low precision when a floating input arrives in low precision

@@ -7,7 +7,7 @@ then calls :func:`fuse` and :func:`policy_for_fused_nodes` before it rewrites th
 from dataclasses import replace
 import json
 
-__all__ = ["FUSION_BACKEND", "has_onednn", "resolve_fuse", "fuse", "policy_for_fused_nodes"]
+__all__ = ["resolve_fuse", "fuse", "policy_for_fused_nodes"]
 
 #: MXNet's subgraph backend that fuses for oneDNN.
 FUSION_BACKEND = "MKLDNN"

@@ -22,8 +22,7 @@ from mxnet.gluon import HybridBlock
 
 from ..core import library  # noqa: F401  (registers the amp_layout pass)
 
-__all__ = ["PASS_NAMES", "STAMP", "layout_refusal", "optimize_layout", "convert_layout",
-           "layout_report"]
+__all__ = ["PASS_NAMES", "layout_refusal", "optimize_layout", "convert_layout", "layout_report"]
 
 PASS_NAMES = ("amp_layout",)
 STAMP = "__amp_layout__"

@@ -9,7 +9,7 @@ import mxnet as mx
 from ..core.policy import FP32, LP16, NEUTRAL, WIDEST, Policy
 from .symbol_json import CAST_OPS, is_mode_node, to_graph
 
-__all__ = ["ROLES", "Node", "precision_map", "data_path", "stage_summary"]
+__all__ = ["ROLES", "precision_map", "data_path", "stage_summary"]
 
 #: ``(name, op, role, [input indices])``.
 Node = Tuple[str, str, str, List[int]]

@@ -12,6 +12,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import mxnet as mx
 from mxnet.gluon import SymbolBlock
 
+from ..base.files import atomic_output, atomic_write
+
 __all__ = ["ConvertedBlock", "InputShapeError", "flatten_arrays", "nest"]
 
 
@@ -108,11 +110,21 @@ class ConvertedBlock(SymbolBlock):
             nested_in, nested_out = inputs, sym
         return cls(nested_out, nested_in)
 
-    def export(self, path, epoch=0, remove_amp_cast=False):  # pylint: disable=arguments-differ
-        result = super().export(path, epoch, remove_amp_cast)
-        with open("%s-io.json" % path, "w") as f:
-            json.dump({"version": self.IO_VERSION, "in_format": self._in_format, "out_format": self._out_format}, f)
-        return result
+    def export(self, path: str, epoch: int = 0, remove_amp_cast: bool = False) -> None:  # pylint: disable=arguments-differ
+        """Write ``PATH-symbol.json``, ``PATH-EPOCH.params`` and ``PATH-io.json`` (the nesting), each whole or not at
+        all. Unlike ``HybridBlock.export`` it needs no call first (MXNet's writes no parameters before one)."""
+        sym = self._cached_graph[1]
+        args, aux = set(sym.list_arguments()), set(sym.list_auxiliary_states())
+        saved = {}
+        for name, param in self.collect_params().items():
+            if name in args or name in aux:
+                saved["%s:%s" % ("arg" if name in args else "aux", name)] = param._reduce()
+        with atomic_output("%s-symbol.json" % path) as tmp:
+            sym.save(tmp, remove_amp_cast=remove_amp_cast)
+        with atomic_output("%s-%04d.params" % (path, epoch)) as tmp:
+            mx.nd.save(tmp, saved)
+        io = {"version": self.IO_VERSION, "in_format": self._in_format, "out_format": self._out_format}
+        atomic_write("%s-io.json" % path, json.dumps(io).encode())
 
     @classmethod
     def imports(cls, symbol_file, input_names, param_file=None, ctx=None, allow_missing=False,

@@ -32,7 +32,7 @@ from ..graph.symbol_json import CAST_OPS, assemble, drop_rounding, num_outputs
 from .blocks import block_graph
 from .onnx_converters import register_converters
 
-__all__ = ["export_onnx", "BF16_MODES"]
+__all__ = ["export_onnx"]
 
 BF16_MODES = ("emulate", "float16", "float32", "bfloat16")
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..base.dtypes import dtype_name, mx_dtype
 from ..base.patches import PATCHES
 
-__all__ = ["GROUP", "register_converters"]
+__all__ = ["register_converters"]
 
 
 def _onnx_type(dtype):

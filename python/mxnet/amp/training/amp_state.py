@@ -14,8 +14,7 @@ import mxnet as mx
 
 from .checks import all_finite
 
-__all__ = ["ATTR", "Stage", "AmpState", "Group", "attach", "state_of", "attached", "join_group", "replace_scaler",
-           "report_step"]
+__all__ = ["Stage", "AmpState", "Group", "attach", "state_of", "attached", "replace_scaler", "report_step"]
 
 #: Name of the attribute that holds a trainer's (or optimizer's) :class:`AmpState`.
 ATTR = "_mxnet_amp"

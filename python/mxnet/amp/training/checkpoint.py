@@ -22,7 +22,7 @@ import pickle
 import struct
 import zlib
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "AMP_SECTION_VERSION", "pack", "unpack", "read_file"]
+__all__ = ["MAGIC", "AMP_SECTION_VERSION", "pack", "unpack", "read_file"]
 
 #: Last bytes of every file written by an AMP trainer.
 MAGIC = b"\x00MXNET.AMP.STATES\x00"

@@ -34,7 +34,7 @@ from ..base.patches import PATCHES
 from .amp_state import AmpState, Stage, attach, attached, replace_scaler, report_step, state_of
 from .checks import check_gradients
 
-__all__ = ["GROUP", "init_optimizer", "active_state", "unscale_optimizer"]
+__all__ = ["init_optimizer", "active_state", "unscale_optimizer"]
 
 #: The group of :data:`~mxnet.amp.base.patches.PATCHES` that ``init_trainer(optimizer)`` records.
 GROUP = "init_trainer(optimizer)"

@@ -21,7 +21,7 @@ from .fused_update import FusedUpdater, StepResult
 from .grad_buffer import GradBuffers
 from .kvstore import ensure_kvstore, on_kvstore
 
-__all__ = ["fresh_params", "check_grads", "initial_grad_buffers", "settle", "step", "update", "allreduce_grads"]
+__all__ = ["check_grads", "initial_grad_buffers", "settle", "step", "update", "allreduce_grads"]
 
 
 def fresh_params(trainer: Trainer, ignore_stale_grad: bool) -> Tuple[List[Tuple[int, Parameter]], int]:
