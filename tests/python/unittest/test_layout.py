@@ -398,7 +398,9 @@ def test_resnet50_converted_has_transposes_only_at_input():
     assert transposes == ["data_amp_to_nhwc"]
     assert len([n for n in nodes if n["op"] == "Convolution"]) == 53
     assert set(layout.layout_report(new).values()) == {"NHWC"}
-    assert all(k.endswith("_amp_nhwc") for k in new_args if k.endswith("conv0_weight"))
+    convs = [k for k in args if k.endswith("conv0_weight")]
+    assert len(convs) == 5  # the stem and each stage's first: each reads a transposed copy, the original goes
+    assert all(k + "_amp_nhwc" in new_args and k not in new_args for k in convs), sorted(new_args)[:8]
 
 
 # ---- refusals and unsupported patterns --------------------------------------------------------------

@@ -128,7 +128,9 @@ def train(config, use_amp, data, log=print, ctx=None):
     -------
     dict
         Per-epoch ``loss``, ``accuracy``, ``seconds``; per-step ``scales`` and the ``skipped`` step indices;
-        ``resumed_at`` (step), ``scale_saved``/``scale_loaded``, and the final ``net``.
+        ``resumed_at`` (step), ``scale_saved``/``scale_loaded``, the whole scaler state and the optimizer's update
+        count at the save and after the load (``scaler_saved``/``scaler_loaded``, ``updates_saved``/``updates_loaded``),
+        and the final ``net``.
     """
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -195,12 +197,16 @@ def _resume(config, net, trainer, hist, ctx):
     states = os.path.join(config.out_dir, "checkpoint.states")
     net.save_parameters(params)
     trainer.save_states(states)
-    hist["scale_saved"] = amp_trainer.get_loss_scaler(trainer).scale
+    saved = amp_trainer.get_loss_scaler(trainer)
+    hist["scale_saved"], hist["scaler_saved"] = saved.scale, saved.state_dict()
+    hist["updates_saved"] = trainer.optimizer.num_update
     hist["resumed_at"] = len(hist["scales"])
     new_net, new_trainer = _new_model(config, True, ctx)
     new_net.load_parameters(params, ctx=ctx)
     new_trainer.load_states(states)
-    hist["scale_loaded"] = amp_trainer.get_loss_scaler(new_trainer).scale
+    loaded = amp_trainer.get_loss_scaler(new_trainer)
+    hist["scale_loaded"], hist["scaler_loaded"] = loaded.scale, loaded.state_dict()
+    hist["updates_loaded"] = new_trainer.optimizer.num_update
     return new_net, new_trainer
 
 
