@@ -41,7 +41,7 @@ MOVED = {"_ext": "mxnet.amp.core.library and mxnet.amp.core.ops", "advice": "mxn
          "cpu": "mxnet.amp.core.cpu", "compat": "mxnet.amp.core.compat",
          "policy": "mxnet.amp.core.policy (Policy is mxnet.amp.Policy)", "fold": "mxnet.amp.graph.fold",
          "fusion": "mxnet.amp.graph.fusion", "layout": "mxnet.amp.graph.layout",
-         "report": "mxnet.amp.graph.precision_map and mxnet.amp.cli.plots", "autocast": "mxnet.amp.autocast",
+         "report": "mxnet.amp.graph.precision_map and mxnet.amp.cli.plots",
          "trainer": "mxnet.amp.training.trainer", "module_api": "mxnet.amp.training.module_api",
          "amp_state": "mxnet.amp.training.amp_state", "loss_scaler": "mxnet.amp.training.loss_scaler",
          "device_scaler": "mxnet.amp.training.device_scaler", "scaler_state": "mxnet.amp.training.scaler_state",

@@ -15,6 +15,7 @@ BatchNorm over axis 3 can crash on AVX-512 CPUs), while everything else is rewri
 the rewrite is proven correct without a GPU.
 """
 import json
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import warnings
 
 import mxnet as mx
@@ -152,8 +153,10 @@ def _needs_pass(symbol, where):
     return bool(report)
 
 
-def optimize_layout(block_or_symbol, *inputs, input_shapes=None, input_dtypes=None, ctx=None,
-                    emulate=False, allow_3d=False):
+def optimize_layout(block_or_symbol: Union[HybridBlock, mx.sym.Symbol], *inputs: mx.nd.NDArray,
+                    input_shapes: Optional[Dict[str, Sequence[int]]] = None,
+                    input_dtypes: Optional[Dict[str, Any]] = None, ctx: Optional[mx.Context] = None,
+                    emulate: bool = False, allow_3d: bool = False) -> Union[HybridBlock, mx.sym.Symbol]:
     """Rewrite a hybridizable block or a symbol to channels-last convolutions.
 
     Weights are transposed by transpose nodes in the graph, so the result still trains the original
@@ -215,8 +218,10 @@ def optimize_layout(block_or_symbol, *inputs, input_shapes=None, input_dtypes=No
     return _run_pass(block_or_symbol, args, aux, emulate=emulate, allow_3d=allow_3d)
 
 
-def convert_layout(symbol, arg_params, aux_params, input_shapes, input_dtypes=None, ctx=None,
-                   emulate=False, allow_3d=False):
+def convert_layout(symbol: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_params: Dict[str, mx.nd.NDArray],
+                   input_shapes: Dict[str, Sequence[int]], input_dtypes: Optional[Dict[str, Any]] = None,
+                   ctx: Optional[mx.Context] = None, emulate: bool = False, allow_3d: bool = False
+                   ) -> Tuple[mx.sym.Symbol, Dict[str, mx.nd.NDArray], Dict[str, mx.nd.NDArray]]:
     """Rewrite a converted (inference) model to channels-last, transposing the weights offline.
 
     Parameters

@@ -9,6 +9,7 @@ is first used; the parameters are converted once, with the default bucket's grap
 >>> low.forward(batch, is_train=False)
 """
 import warnings
+from typing import Any, Optional, Sequence, Tuple
 
 import mxnet as mx
 
@@ -18,10 +19,15 @@ from .convert import convert
 __all__ = ["convert_bucketing_module"]
 
 
-def convert_bucketing_module(bucketing_mod, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
-                             conditional_fp32_ops=None, excluded_sym_names=None, cast_params_offline=False, *,
-                             ctx=None, fuse=None, emulate=None, extra_lp16_ops=None, extra_fp32_ops=None,
-                             **deprecated):
+def convert_bucketing_module(bucketing_mod: mx.mod.BucketingModule, target_dtype: Any = "float16",
+                             target_dtype_ops: Optional[Sequence[str]] = None,
+                             fp32_ops: Optional[Sequence[str]] = None,
+                             conditional_fp32_ops: Optional[Sequence[Tuple[str, str, Sequence[str]]]] = None,
+                             excluded_sym_names: Optional[Sequence[str]] = None, cast_params_offline: bool = False,
+                             *, ctx: Optional[mx.Context] = None, fuse: Optional[bool] = None,
+                             emulate: Optional[bool] = None, extra_lp16_ops: Optional[Sequence[str]] = None,
+                             extra_fp32_ops: Optional[Sequence[str]] = None,
+                             **deprecated: Any) -> mx.mod.BucketingModule:
     """Return a new ``BucketingModule`` whose buckets run the converted symbols, with converted parameters.
 
     Parameters

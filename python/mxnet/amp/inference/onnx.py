@@ -21,8 +21,10 @@ Weights stored as bfloat16 are written as float32 initializers holding the bfloa
 has no bfloat16 initializers), followed by a ``Cast`` where the graph reads them in bfloat16.
 """
 import json
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
+from mxnet.gluon import HybridBlock
 import numpy as np
 
 from ..base.dtypes import TYPE_CODES, dtype_name
@@ -37,7 +39,10 @@ __all__ = ["export_onnx"]
 BF16_MODES = ("emulate", "float16", "float32", "bfloat16")
 
 
-def export_onnx(model, params, input_shapes, path, input_types=None, keep_io_types=True, bf16_mode="emulate"):
+def export_onnx(model: Union[mx.sym.Symbol, HybridBlock],
+                params: Optional[Union[Dict[str, mx.nd.NDArray], Tuple[Dict[str, mx.nd.NDArray], ...]]],
+                input_shapes: Sequence[Sequence[int]], path: str, input_types: Optional[Sequence[Any]] = None,
+                keep_io_types: bool = True, bf16_mode: str = "emulate") -> str:
     """Export a (mixed precision) model to an ONNX file.
 
     Parameters
@@ -158,7 +163,6 @@ def _post_process(path):
 
 def _model_graph(model, params, input_shapes, input_types):
     """Return ``(legacy symbol, {name: legacy NDArray}, input names)`` for a symbol or a block."""
-    from mxnet.gluon import HybridBlock
     if isinstance(model, HybridBlock):
         if params is not None:
             raise ValueError("export_onnx: pass params=None with a block (its own parameters are exported)")

@@ -4,6 +4,7 @@ CPU class's plan (JSON files beside this module, written by ``tools/probe_bf16.p
 import functools
 import json
 import os
+from typing import Any, FrozenSet
 
 from .groups import GPU_BUILD_ONLY
 from .tables import dtype_table, native_lp16_ops
@@ -11,7 +12,7 @@ from .tables import dtype_table, native_lp16_ops
 __all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "cpu_op_evidence"]
 
 
-def natively_fed_ops(dtype, device_type):
+def natively_fed_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
     """Return the ops that receive ``dtype`` tensors when a graph runs natively on ``device_type``.
 
     Those are the dtype-neutral, widest-type and conditional ops (low precision values flow through them)
@@ -36,7 +37,7 @@ BAD_VERDICTS = ("mismatch", "error", "crash", "hang")
 
 
 @functools.lru_cache(maxsize=None)
-def native_evidence():
+def native_evidence() -> dict:
     """Return the recorded bfloat16 value probe of AVX-512 CPUs (``native_bf16_cpu.json``).
 
     Returns
@@ -51,7 +52,7 @@ def native_evidence():
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_op_evidence():
+def cpu_op_evidence() -> dict:
     """Return the per-op timings behind the CPU classes' bfloat16 plans (``cpu_op_evidence.json``).
 
     Returns

@@ -5,7 +5,7 @@ import difflib
 import functools
 import importlib
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -47,7 +47,7 @@ _UNLISTED_REASON = ("not in the built-in lists (registered after them, e.g. by m
                     "float32, the safe default for a kernel of unknown dtype support")
 
 
-def normalize_dtype(dtype):
+def normalize_dtype(dtype: Any) -> str:
     """Return the canonical name of an AMP target dtype.
 
     Parameters
@@ -137,7 +137,7 @@ def _mxnet_forward_ops():
                      if not op.startswith("_backward"))
 
 
-def registered_forward_ops():
+def registered_forward_ops() -> FrozenSet[str]:
     """Return every forward operator name MXNet knows now, this project's ops included.
 
     MXNet's registry is read once (after ``import mxnet.amp`` has loaded the extension library);
@@ -151,7 +151,7 @@ def registered_forward_ops():
 
 
 @functools.lru_cache(maxsize=None)
-def alias_groups():
+def alias_groups() -> Tuple[Tuple[str, ...], ...]:
     """Return the registered forward op names grouped by operator (names sharing one op handle).
 
     Returns
@@ -171,7 +171,7 @@ def _unknown_op(op_name, dtype):
                       "(see mxnet.operator.get_all_registered_operators()).%s" % (op_name, dtype, hint))
 
 
-def category(op_name, dtype):
+def category(op_name: str, dtype: Any) -> str:
     """Return the AMP category of an operator for a target dtype.
 
     Cheap (one dict lookup after the first call per dtype): the rewriter calls it for every node.
@@ -219,7 +219,7 @@ def _is_registered_unlisted(op_name):
     return True
 
 
-def reason(op_name, dtype):
+def reason(op_name: str, dtype: Any) -> str:
     """Return why an operator sits in its category for a target dtype (one sentence).
 
     Parameters
@@ -245,7 +245,7 @@ def reason(op_name, dtype):
     return _UNLISTED_REASON
 
 
-def conditional_fp32(dtype):
+def conditional_fp32(dtype: Any) -> Mapping[str, Tuple[Tuple[str, FrozenSet[str]], ...]]:
     """Return the conditional fp32 rules as ``{op: ((attribute, frozenset(values)), ...)}``.
 
     The op runs in float32 when one of its attributes has one of the listed values, otherwise it is
@@ -254,7 +254,8 @@ def conditional_fp32(dtype):
     return dtype_table(dtype).conditions
 
 
-def commutes_with_rounding(op, attrs=None, gradient=False):
+def commutes_with_rounding(op: str, attrs: Optional[Mapping[str, str]] = None,
+                           gradient: bool = False) -> bool:
     """Whether ``op`` with symbol-JSON ``attrs`` commutes with rounding to a low precision dtype.
 
     Such an op turns rounded inputs into rounded outputs, equal to its rounded float32 output: it moves,
@@ -273,7 +274,7 @@ def commutes_with_rounding(op, attrs=None, gradient=False):
     return False
 
 
-def native_lp16_ops(dtype, device_type):
+def native_lp16_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
     """Return the low precision ops with fast ``dtype`` kernels on ``device_type`` in MXNet 1.9.1.
 
     Parameters
@@ -303,7 +304,7 @@ def _for_device(per_device, device_type):
     return per_device[device_type]
 
 
-def library_kernels(dtype, device_type):
+def library_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{MXNet op: op of this project's library}``: the kernels that replace MXNet's for ``dtype``.
 
     The library's oneDNN 3 matrix products and convolution (``amp_fully_connected``, ``amp_batch_dot``,
@@ -319,7 +320,7 @@ def library_kernels(dtype, device_type):
     return _for_device(dtype_table(dtype).library_kernels, device_type)
 
 
-def emulation_kernels(dtype, device_type):
+def emulation_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{MXNet op: op of this project's library}``: the float32 kernels that run ``dtype``-emulated ops
     whose MXNet kernel fails on the rounded (computed) tensors emulation feeds it.
 
@@ -331,7 +332,7 @@ def emulation_kernels(dtype, device_type):
     return _for_device(dtype_table(dtype).emulation_kernels, device_type)
 
 
-def float32_kernels(dtype, device_type):
+def float32_kernels(dtype: Any, device_type: str) -> FrozenSet[str]:
     """Return the dtype-neutral ops that run in float32 between casts where ``device_type`` runs ``dtype``
     natively: their low precision kernels work but are slower than their float32 ones.
 
@@ -343,7 +344,7 @@ def float32_kernels(dtype, device_type):
     return _for_device(dtype_table(dtype).float32_kernels, device_type)
 
 
-def native_substitutes(dtype, device_type):
+def native_substitutes(dtype: Any, device_type: str) -> Mapping[str, Tuple[str, Dict[str, str]]]:
     """Return ``{op: (op, attributes)}``: dtype-neutral ops replaced, where ``device_type`` runs ``dtype``
     natively and the op's inputs are low precision, by an op computing the same function faster.
 
@@ -355,7 +356,7 @@ def native_substitutes(dtype, device_type):
     return _for_device(dtype_table(dtype).native_substitutes, device_type)
 
 
-def neutral_kernels(dtype, device_type):
+def neutral_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{op: library op}``: dtype-neutral ops that run on a library kernel on low precision data in
     training graphs, where ``device_type`` runs ``dtype`` natively (``BatchNorm`` -> ``amp_batch_norm`` on CPUs).
 
@@ -367,7 +368,7 @@ def neutral_kernels(dtype, device_type):
     return _for_device(dtype_table(dtype).neutral_kernels, device_type)
 
 
-def cpu_class_plan(dtype, class_name):
+def cpu_class_plan(dtype: Any, class_name: str) -> Tuple[str, str]:
     """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
     ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
     kernels on rounded values), and the measurements that chose it.
@@ -383,7 +384,7 @@ def cpu_class_plan(dtype, class_name):
     return plans[class_name]
 
 
-def is_library_kernel(op):
+def is_library_kernel(op: str) -> bool:
     """Whether ``op`` is one of this project's library kernels: it stands in for an MXNet op that a policy
     already made low precision, so user lists naming MXNet's ops leave it low precision."""
     return op in _LIBRARY_KERNEL_OPS

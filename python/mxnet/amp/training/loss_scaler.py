@@ -17,6 +17,9 @@ A trainer stepping without host syncs advances the state on the device instead (
 the next time anything reads it (``scale``, ``state``, ``state_dict``...), which waits for that step.
 """
 import logging
+from typing import Any, Dict, Optional, Union
+
+import mxnet as mx
 
 from .device_scaler import DeviceMirror
 from .scaler_state import CONFIG_KEYS, STATE_KEYS, ScalerConfig, ScalerState, next_state, state_from_dict
@@ -49,8 +52,9 @@ class LossScaler:
         applied = trainer.step(batch_size)          # False: non-finite gradients, update skipped
     """
 
-    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 min_scale=1.0, max_scale=2.0 ** 24, dynamic=True, floor_warning_steps=1000):
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, min_scale: float = 1.0, max_scale: float = 2.0 ** 24,
+                 dynamic: bool = True, floor_warning_steps: int = 1000):
         self._config = ScalerConfig(init_scale=init_scale, growth_factor=growth_factor,
                                     backoff_factor=backoff_factor, growth_interval=growth_interval,
                                     min_scale=min_scale, max_scale=max_scale, dynamic=dynamic,
@@ -59,7 +63,7 @@ class LossScaler:
         self._mirror = None  # DeviceMirror while the state advances on a device
 
     @classmethod
-    def default_for(cls, dtype):
+    def default_for(cls, dtype: Optional[str]) -> "LossScaler":
         """Return the default scaler for a target dtype.
 
         Parameters
@@ -82,37 +86,37 @@ class LossScaler:
                          % (dtype,))
 
     @property
-    def config(self):
+    def config(self) -> ScalerConfig:
         """ScalerConfig: the frozen settings."""
         return self._config
 
     @property
-    def state(self):
+    def state(self) -> ScalerState:
         """ScalerState: the current (frozen) state (waits for a step advanced on the device, if any)."""
         self._settle()
         return self._state
 
     @property
-    def scale(self):
+    def scale(self) -> float:
         """float: the scale the next loss is multiplied by."""
         return self.state.scale
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         """int: optimizer steps seen, applied and skipped."""
         return self.state.steps
 
     @property
-    def skipped_steps(self):
+    def skipped_steps(self) -> int:
         """int: steps skipped because of non-finite gradients."""
         return self.state.skipped_steps
 
     @property
-    def last_overflow_step(self):
+    def last_overflow_step(self) -> Optional[int]:
         """int or None: 1-based number of the last skipped step."""
         return self.state.last_overflow_step
 
-    def update(self, finite):
+    def update(self, finite: bool) -> None:
         """Advance the state by one step with :func:`next_state`; warn when stuck at ``min_scale``.
 
         Parameters
@@ -130,7 +134,7 @@ class LossScaler:
         self._advance(before, next_state(self._config, before, bool(finite)))
         return bool(finite)
 
-    def device_state(self, ctx):
+    def device_state(self, ctx: mx.Context) -> mx.nd.NDArray:
         """The state as a float64 (6,) NDArray on ``ctx`` (created from the host state on first use).
 
         Used by fused optimizer updates, which divide the gradients by its element 0 on the device.
@@ -139,7 +143,7 @@ class LossScaler:
             self._mirror = DeviceMirror(self._config, self.state, ctx)
         return self._mirror.array
 
-    def update_on_device(self, flag):
+    def update_on_device(self, flag: mx.nd.NDArray) -> None:
         """Advance the state by one step on the device from a float32 (1,) finite flag; no host sync.
 
         The host state (``scale``, ``state``...) catches up, exactly, the next time it is read.
@@ -147,7 +151,7 @@ class LossScaler:
         self.device_state(flag.context)
         self._mirror.step(flag)
 
-    def loss_scale(self):
+    def loss_scale(self) -> Union[float, mx.nd.NDArray]:
         """What a loss is multiplied by: the host scale, or a float32 (1,) NDArray when a step advanced on the
         device has not been read back yet and the scale may have changed (dynamic scaling)."""
         if self._mirror is not None and self._mirror.pending and self._config.dynamic:
@@ -166,14 +170,14 @@ class LossScaler:
                          "not fp16-safe; consider bfloat16 or adding the offending ops to extra_fp32_ops",
                          self._config.min_scale, after.steps_at_floor)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """Return every config and state field as a JSON-safe dict with a ``"version"`` key."""
         out = {"version": STATE_VERSION}
         out.update({key: getattr(self._config, key) for key in CONFIG_KEYS})
         out.update({key: getattr(self.state, key) for key in STATE_KEYS})
         return out
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore config and state from :meth:`state_dict` output; nothing changes if it is invalid.
 
         Parameters
