@@ -19,6 +19,7 @@
 
 #include "../../src/operator/amp/kernels/convert.h"
 #include "../../src/operator/amp/kernels/multi_tensor.h"
+#include "../../src/operator/amp/kernels/tensor_math.h"
 
 using namespace mxnet_amp;
 
@@ -290,6 +291,73 @@ int bench(int64_t total) {
 
 }  // namespace
 
+// The element loops of tensor_math.h against scalar references, in exact-size heap blocks (AddressSanitizer),
+// for float32 and bfloat16 storage and team sizes 1 and 2.
+float stored(int dtype, float v) {  // v as an array of dtype holds it
+  unsigned char cell[4];
+  mxnet_amp::store(cell, dtype, 0, v);
+  return mxnet_amp::load(cell, dtype, 0);
+}
+
+void test_tensor_math() {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uni(-2.f, 2.f);
+  for (int dtype : {0, 12}) {
+    for (int threads : {1, 2}) {
+      const int64_t batch = 3, channels = 5, inner = 7, n = batch * channels * inner;
+      const size_t width = dtype == 12 ? 2 : 4;
+      std::vector<unsigned char> g(n * width), out(n * width), masked(n * width), sums(channels * width);
+      for (int64_t i = 0; i < n; ++i) mxnet_amp::store(g.data(), dtype, i, uni(rng));
+      std::vector<float> bias(channels), col(channels);
+      for (float& x : bias) x = uni(rng);
+      mxnet_amp::channel_sums(sums.data(), dtype, g.data(), dtype, batch, channels, inner, threads);
+      mxnet_amp::column_sums(col.data(), 0, g.data(), dtype, batch * inner, channels, threads);
+      for (int64_t c = 0; c < channels; ++c) {
+        float per_channel = 0.f, per_column = 0.f;
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int64_t i = 0; i < inner; ++i) {
+            per_channel += mxnet_amp::load(g.data(), dtype, (b * channels + c) * inner + i);
+          }
+        }
+        for (int64_t i = 0; i < batch * inner; ++i) per_column += mxnet_amp::load(g.data(), dtype, i * channels + c);
+        CHECK_TRUE(mxnet_amp::load(sums.data(), dtype, c) == stored(dtype, per_channel), "channel_sums dtype %d, %lld",
+                   dtype, (long long)c);
+        CHECK_TRUE(col[c] == per_column, "column_sums dtype %d, %lld: %g vs %g", dtype, (long long)c, col[c],
+                   per_column);
+      }
+      // y = bias, then y += bias (acc = y itself), then the gradient through a ReLU of y
+      mxnet_amp::add_channel_bias(out.data(), dtype, nullptr, dtype, bias.data(), 0, batch, channels, inner, threads);
+      mxnet_amp::add_channel_bias(out.data(), dtype, out.data(), dtype, bias.data(), 0, batch, channels, inner,
+                                  threads);
+      mxnet_amp::relu_mask(masked.data(), dtype, g.data(), dtype, out.data(), dtype, n, threads);
+      for (int64_t i = 0; i < n; ++i) {
+        const float b = bias[i / inner % channels], twice = stored(dtype, stored(dtype, b) + b);
+        CHECK_TRUE(mxnet_amp::load(out.data(), dtype, i) == twice, "add_channel_bias dtype %d, %lld", dtype,
+                   (long long)i);
+        const float relu_grad = twice > 0.f ? mxnet_amp::load(g.data(), dtype, i) : 0.f;
+        CHECK_TRUE(mxnet_amp::load(masked.data(), dtype, i) == relu_grad, "relu_mask dtype %d, %lld", dtype,
+                   (long long)i);
+      }
+      // (2, 3) batches of 2x3 matrices summed into (1, 3), stored transposed (strides: batch 6, row 1, column 2)
+      const int64_t full_dims[2] = {2, 3}, like_dims[2] = {1, 3}, strides[4] = {0, 6, 1, 2};
+      std::vector<float> full(2 * 3 * 6);
+      for (float& x : full) x = uni(rng);
+      std::vector<unsigned char> like(3 * 6 * width);
+      mxnet_amp::sum_broadcast_into(full.data(), 2, full_dims, like_dims, strides, 2, 3, like.data(), dtype, threads);
+      for (int64_t b = 0; b < 3; ++b) {
+        for (int64_t r = 0; r < 2; ++r) {
+          for (int64_t c = 0; c < 3; ++c) {
+            const float expect = full[b * 6 + r * 3 + c] + full[(3 + b) * 6 + r * 3 + c];
+            CHECK_TRUE(mxnet_amp::load(like.data(), dtype, b * 6 + r + c * 2) == stored(dtype, expect),
+                       "sum_broadcast_into dtype %d (%lld, %lld, %lld)", dtype, (long long)b, (long long)r,
+                       (long long)c);
+          }
+        }
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--bench") {
     return bench(argc > 2 ? std::atoll(argv[2]) : 100000000LL);
@@ -298,6 +366,7 @@ int main(int argc, char** argv) {
   test_empty_and_zero_size();
   test_cast_all_pairs_sizes_offsets();
   test_cast_many_tensors();
+  test_tensor_math();
   for (uint32_t seed = 0; seed < 4; ++seed) {
     test_unscale(1.0f / 65536, false, seed);
     test_unscale(1.0f, false, seed);

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../kernels/tensor_math.h"
 #include "common.h"
 #include "conv_gemm.h"
 
@@ -107,13 +108,6 @@ void col2im(const Shape& s, int64_t batch, int64_t channels, const float* col, f
   }
 }
 
-inline float bf16_to_float(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 memory::desc strided(const memory::dims& dims, int dtype, const memory::dims& strides) {
   return memory::desc(dims, to_data_type(dtype), strides);
 }
@@ -188,37 +182,15 @@ void columns(const AmpConv& c, const Shape& s, void* col) {
   }
 }
 
-inline float load(const void* p, int dtype, int64_t i) {
-  return dtype == kBfloat16 ? bf16_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
-}
-
-// y'[o, :] = bias[o] (+ the addend already there), float32.
+// y'[o, :] = bias[o] (+ the addend already there), float32; on the call's team (CallTeam in conv.cc).
 void add_bias(const AmpConv& c, float* y, int64_t np) {
-  const bool first = c.addend == nullptr;
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < c.out_channels; ++o) {
-    const float b = load(c.bias, c.bias_dtype, o);
-    float* row = y + o * np;
-    for (int64_t j = 0; j < np; ++j) row[j] = first ? b : row[j] + b;
-  }
+  mxnet_amp::add_channel_bias(y, kFloat32, c.addend == nullptr ? nullptr : y, kFloat32, c.bias, c.bias_dtype, 1,
+                              c.out_channels, np, omp_get_max_threads());
 }
 
 // diff_bias[o] = sum over n and positions of diff_dst, from its swapped copy dy' [O, NP].
 void bias_gradient(const AmpConv& c, const void* dy, int64_t np) {
-  const int64_t o = c.out_channels;
-  std::vector<float> sums(o, 0.f);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < o; ++i) {
-    float sum = 0.f;
-    for (int64_t j = 0; j < np; ++j) sum += load(dy, c.dtype, i * np + j);
-    sums[i] = sum;
-  }
-  auto& engine = cpu_engine();
-  memory from(strided({o}, kFloat32, {1}), engine, sums.data());
-  memory to(strided({o}, c.bias_dtype, {1}), engine, c.diff_bias);
-  dnnl::stream stream(engine);
-  reorder_of(from.get_desc(), to.get_desc()).execute(stream, from, to);
-  stream.wait();
+  mxnet_amp::channel_sums(c.diff_bias, c.bias_dtype, dy, c.dtype, 1, c.out_channels, np, omp_get_max_threads());
 }
 
 }  // namespace

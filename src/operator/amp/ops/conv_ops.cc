@@ -267,27 +267,18 @@ bool convolve(const char* op, const AmpConv& geometry, int pass) {
 // y[n, c, ...] = acc[n, c, ...] + bias[c] (Deconvolution's bias: the data-gradient pass has none).
 void add_bias(const void* acc, int acc_dtype, const MXTensor& bias, MXTensor* y) {
   const int64_t channels = y->shape[1];
-  const int64_t inner = y->size() / (y->shape[0] * channels);
-  const int ydt = static_cast<int>(y->dtype), bdt = static_cast<int>(bias.dtype);
-#pragma omp parallel for
-  for (int64_t nc = 0; nc < y->shape[0] * channels; ++nc) {
-    const float b = load(bias.data_ptr, bdt, nc % channels);
-    for (int64_t i = nc * inner; i < (nc + 1) * inner; ++i) store(y->data_ptr, ydt, i, load(acc, acc_dtype, i) + b);
-  }
+  const CallTeam team;
+  add_channel_bias(y->data_ptr, static_cast<int>(y->dtype), acc, acc_dtype, bias.data_ptr,
+                   static_cast<int>(bias.dtype), y->shape[0], channels, y->size() / (y->shape[0] * channels),
+                   team.threads());
 }
 
 // db[c] = sum of g over every axis but the channels, in float32.
 void bias_gradient(const void* g, int dtype, const MXTensor& like, MXTensor* db) {
   const int64_t channels = like.shape[1];
-  const int64_t inner = like.size() / (like.shape[0] * channels);
-#pragma omp parallel for
-  for (int64_t ch = 0; ch < channels; ++ch) {
-    float s = 0.f;
-    for (int64_t n = 0; n < like.shape[0]; ++n) {
-      for (int64_t i = (n * channels + ch) * inner; i < (n * channels + ch + 1) * inner; ++i) s += load(g, dtype, i);
-    }
-    store(db->data_ptr, static_cast<int>(db->dtype), ch, s);
-  }
+  const CallTeam team;
+  channel_sums(db->data_ptr, static_cast<int>(db->dtype), g, dtype, like.shape[0], channels,
+               like.size() / (like.shape[0] * channels), team.threads());
 }
 
 template <bool kDeconvolution>

@@ -262,12 +262,8 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   }
   if (!p.no_bias) {  // column sums of dy, float32
     MXTensor& db = (*outputs)[2];
-#pragma omp parallel for
-    for (int64_t j = 0; j < n; ++j) {
-      float s = 0.f;
-      for (int64_t i = 0; i < m; ++i) s += load(g_sum, g_sum_dtype, i * n + j);
-      store(db.data_ptr, static_cast<int>(db.dtype), j, s);
-    }
+    const CallTeam team;
+    column_sums(db.data_ptr, static_cast<int>(db.dtype), g_sum, g_sum_dtype, m, n, team.threads());
   }
   return MX_SUCCESS;
 }
@@ -411,36 +407,11 @@ bool product_into(const char* op, const View& x, const View& y, const View& like
   std::vector<int64_t> dims(full.dims, full.dims + full.nb);
   dims.push_back(like.rows());
   dims.push_back(like.cols());
-  const int64_t rc = like.rows() * like.cols();
-  const int64_t nfull = full.batch_size();
-  float* tmp = static_cast<float*>(scratch(keep, nfull * rc));
+  float* tmp = static_cast<float*>(scratch(keep, full.batch_size() * like.rows() * like.cols()));
   if (!gemm(op, x, y, contiguous(tmp, kFloat32, dims))) return false;
-  std::vector<float> acc(like.batch_size() * rc, 0.f);
-  for (int64_t i = 0; i < nfull; ++i) {
-    int64_t rest = i, dst = 0, scale = 1;
-    for (int d = full.nb - 1; d >= 0; --d) {
-      const int64_t idx = rest % full.dims[d];
-      rest /= full.dims[d];
-      if (like.dims[d] != 1) dst += idx * scale;
-      scale *= like.dims[d];
-    }
-    const float* src = tmp + i * rc;
-    float* to = acc.data() + dst * rc;
-    for (int64_t j = 0; j < rc; ++j) to[j] += src[j];
-  }
-  for (int64_t i = 0; i < like.batch_size(); ++i) {
-    int64_t rest = i, off = 0;
-    for (int d = like.nb - 1; d >= 0; --d) {
-      off += (rest % like.dims[d]) * like.strides[d];
-      rest /= like.dims[d];
-    }
-    for (int64_t r = 0; r < like.rows(); ++r) {
-      for (int64_t col = 0; col < like.cols(); ++col) {
-        store(like.ptr, like.dtype, off + r * like.strides[like.nb] + col * like.strides[like.nb + 1],
-              acc[i * rc + r * like.cols() + col]);
-      }
-    }
-  }
+  const CallTeam team;
+  sum_broadcast_into(tmp, full.nb, full.dims, like.dims, like.strides, like.rows(), like.cols(), like.ptr,
+                     like.dtype, team.threads());
   return true;
 }
 

@@ -60,19 +60,6 @@ MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int
   return MX_SUCCESS;
 }
 
-float load(const void* p, int dtype, int64_t i) {
-  return dtype == kBfloat16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
-                            : static_cast<const float*>(p)[i];
-}
-
-void store(void* p, int dtype, int64_t i, float v) {
-  if (dtype == kBfloat16) {
-    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
-  } else {
-    static_cast<float*>(p)[i] = v;
-  }
-}
-
 void zero(MXTensor* t) {
   for (int64_t i = 0; i < t->size(); ++i) store(t->data_ptr, static_cast<int>(t->dtype), i, 0.f);
 }
@@ -84,21 +71,17 @@ void* scratch(Scratch* keep, int64_t floats) {
 
 void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
   if (static_cast<int>(t.dtype) == dtype) return t.data_ptr;
-  const int64_t n = t.size();
-  void* out = scratch(keep, n);
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) store(out, dtype, i, load(t.data_ptr, static_cast<int>(t.dtype), i));
+  void* out = scratch(keep, t.size());
+  const CallTeam team;
+  convert_into(out, dtype, t.data_ptr, static_cast<int>(t.dtype), t.size(), team.threads());
   return out;
 }
 
 void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep) {
-  const int64_t n = dy.size();
-  void* out = scratch(keep, n);
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    const bool on = load(y.data_ptr, static_cast<int>(y.dtype), i) > 0.f;
-    store(out, dtype, i, on ? load(dy.data_ptr, static_cast<int>(dy.dtype), i) : 0.f);
-  }
+  void* out = scratch(keep, dy.size());
+  const CallTeam team;
+  relu_mask(out, dtype, dy.data_ptr, static_cast<int>(dy.dtype), y.data_ptr, static_cast<int>(y.dtype), dy.size(),
+            team.threads());
   return out;
 }
 

@@ -1,8 +1,8 @@
 /*!
  * \file onednn_glue.h
  * \brief What the lib_api glue of the oneDNN 3 ops (matmul_ops.cc, conv_ops.cc) shares: their common
- *        attributes (out_dtype, positive integers), operand dtype inference, element access across float32
- *        and bfloat16, per-call scratch copies and the ReLU-masked gradient.
+ *        attributes (out_dtype, positive integers), operand dtype inference, per-call scratch copies and the
+ *        ReLU-masked gradient. The element loops are kernels/tensor_math.h's, on each call's team (team.h).
  */
 #ifndef MXNET_AMP_OPS_ONEDNN_GLUE_H_
 #define MXNET_AMP_OPS_ONEDNN_GLUE_H_
@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "../kernels/tensor_math.h"
+#include "../kernels/team.h"
 #include "glue.h"
 
 namespace mxnet_amp {
@@ -25,12 +27,6 @@ bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype);
  *        output gets out_dtype, or the operands' dtype when out_dtype is -1.
  */
 MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int>* in, std::vector<int>* out);
-
-/*! \brief Element i of a float32 or bfloat16 array, as float. */
-float load(const void* p, int dtype, int64_t i);
-
-/*! \brief Stores v (rounded to nearest even for bfloat16) as element i. */
-void store(void* p, int dtype, int64_t i, float v);
 
 /*! \brief Sets every element of t to 0. */
 void zero(MXTensor* t);
