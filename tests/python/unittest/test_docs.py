@@ -1,4 +1,4 @@
-"""The docs cannot rot: README.md and docs/*.md are checked like code (STYLE.md, habit 11).
+"""The docs cannot rot: README.md and docs/*.md are checked like code: every code block runs, every name exists.
 
 * Structure: README.md is a front door of at most 200 lines that links every page of ``docs/``, and every
   relative link of every page (its ``#anchor`` too) points to something that exists.
@@ -13,9 +13,9 @@
   and getattr; every ``python -m mxnet.amp COMMAND`` names a command, and every ``--flag`` after it (or after
   ``python bench/X.py`` / ``python tools/X.py``, or alone in inline code after such a command on the same page)
   appears in that command's ``--help``.
-* Layering: the ``| module | imports | imports lazily |`` table and the ``<!-- layers -->`` block of
-  docs/architecture.md match the imports of ``python/mxnet/amp/`` (read with ``ast``), and no module imports one
-  above it.
+* Rooms: the ``| room | modules | imports |`` table and the ``<!-- layers -->`` block of docs/architecture.md
+  match the folders of ``python/mxnet/amp/``, their modules and what each imports (read with ``ast``, imports
+  inside functions too), and no room imports one above it.
 
 The tests read the pages of the source tree (found from this file) and run them against the installed package.
 """
@@ -54,10 +54,9 @@ _COMMAND = re.compile(r"(?<![\w/.-])python3?\s+(?:-m\s+mxnet\.amp(?![\w.])(?:\s+
                       r"|((?:bench|tools)/\w+\.py))")
 _QUALIFIED = re.compile(r"^([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)+(?:\(.*\))?$")
 _FILE_NAME = re.compile(r"\.(py|h|cc|cu|cuh|json|params|states|onnx|npy|npz|png|md|txt|sh|so(\.\d+)*)$")
-#: Modules of the package whose name, in inline code, starts a dotted name in it ("trainer" is left out: in the
-#: pages ``trainer.step`` is a gluon.Trainer's method).
-_QUALIFIABLE = ({p.stem for p in (ROOT / "python" / "mxnet" / "amp").glob("*.py")} | {"lists"}) - {
-    "trainer", "__init__", "__main__"}
+#: The rooms (subpackages) of the package: inline code that starts with one (``core.library.onednn()``) names
+#: something in it.
+_QUALIFIABLE = {p.name for p in (ROOT / "python" / "mxnet" / "amp").iterdir() if (p / "__init__.py").is_file()}
 _FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 _LONE_FLAG = re.compile(r"^\s*\[?--[A-Za-z]")
 
@@ -330,7 +329,7 @@ def _resolve(dotted):
 
 def _amp_names(page):
     """``(line, dotted name)`` to resolve: ``amp.X`` / ``mxnet.amp.X`` anywhere in code, and inline code that is a
-    module of the package and a name in it (``graph.rewrite_symbol``, ``library.onednn()``)."""
+    room of the package and a name in it (``graph.rewrite.rewrite_symbol``, ``core.library.onednn()``)."""
     texts = [(number, text) for number, text in page.spans()]
     texts += [(b["line"], b["code"]) for b in page.blocks]
     names = {(number, m.group(0)) for number, text in texts for m in _AMP_NAME.finditer(text)}
@@ -442,102 +441,88 @@ def test_command_lines_are_accepted(path, tmp_path_factory):
 # --- the architecture page against the source ---------------------------------------------------------------
 
 _PACKAGE = ROOT / "python" / "mxnet" / "amp"
-_IMPORT_TABLE = re.compile(r"^\|\s*module\s*\|\s*imports\s*\|\s*imports lazily\s*\|")
+_ROOMS_TABLE = re.compile(r"^\|\s*room\s*\|\s*modules\s*\|\s*imports\s*\|")
+#: The package's top level (``__init__``, ``__main__``) as a room of the table.
+_FACE = "mxnet.amp"
 
 
-def _walk(node, in_function=False):
-    """Every node under ``node`` with whether it sits inside a function (runs lazily, not at import)."""
-    for child in ast.iter_child_nodes(node):
-        yield child, in_function
-        yield from _walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                   ast.Lambda)))
+def _room_of(module):
+    """The room of a dotted module name relative to ``mxnet.amp`` ('' is the package itself)."""
+    return module.split(".")[0] if "." in module or (_PACKAGE / module).is_dir() else _FACE
 
 
-def _package_imports():
-    """``{module: (eager, lazy)}``: the modules of ``mxnet.amp`` each module imports, from the source tree
-    (``lists/`` counts as one module; imports inside it are its own business)."""
-    modules = {p.stem for p in _PACKAGE.glob("*.py")} | {"lists"}
+def _package_rooms():
+    """``{room: (modules, rooms imported)}`` read from the source tree with ``ast`` (imports inside functions too;
+    a subpackage's ``__init__`` is a docstring, not a module of the table)."""
     out = {}
-    for path in sorted(_PACKAGE.glob("*.py")) + sorted((_PACKAGE / "lists").glob("*.py")):
-        in_lists = path.parent.name == "lists"
-        name = "lists" if in_lists else path.stem
-        eager, lazy = out.setdefault(name, (set(), set()))
-        for node, in_function in _walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = []
-            if isinstance(node, ast.ImportFrom) and node.level:
-                if node.level - in_lists != 1:
-                    continue  # from .. import ndarray (mxnet itself), or lists importing its own modules
-                targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mxnet.amp"):
-                rest = node.module[len("mxnet.amp"):].lstrip(".")
-                targets = [rest.split(".")[0]] if rest else [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name[len("mxnet.amp."):].split(".")[0] for a in node.names
-                           if a.name.startswith("mxnet.amp.")]
-            for target in targets:
-                if target in modules and target != name:
-                    (lazy if in_function else eager).add(target)
-    return {name: (eager, lazy - eager) for name, (eager, lazy) in out.items()}
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(_PACKAGE).with_suffix("").parts)
+        if len(parts) > 1 and parts[-1] == "__init__" and parts[0] != "lists":
+            continue
+        room = parts[0] if len(parts) > 1 else _FACE
+        modules, imported = out.setdefault(room, (set(), set()))
+        modules.add(parts[-1])
+        package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level and node.level - 1 <= len(package):
+                base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                targets = [".".join(base + [a.name]) for a in node.names] if not node.module else [".".join(base)]
+                imported.update(_room_of(t) for t in targets if t)
+    return {room: (modules, imported - {room}) for room, (modules, imported) in out.items()}
 
 
-def _names_in_cell(cell):
-    return set(re.findall(r"`([\w.]+)`", cell))
+def _cell_names(cell):
+    return {name.rstrip("/") for name in re.findall(r"`([\w./]+)`", cell)}
 
 
-def _import_table(page):
-    """``{module: (eager, lazy)}`` from the page's ``| module | imports | imports lazily |`` table, or None."""
+def _rooms_table(page):
+    """``{room: (modules, imports)}`` from the page's ``| room | modules | imports | ... |`` table, or None."""
     rows, inside = {}, False
     for _, line in page.prose:
-        if _IMPORT_TABLE.match(line):
+        if _ROOMS_TABLE.match(line):
             inside = True
             continue
         if inside and not line.startswith("|"):
             break
         if inside and not re.match(r"^\|[\s|:-]+\|$", line):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[cells[0].strip("`")] = (_names_in_cell(cells[1]), _names_in_cell(cells[2]))
+            room = next(iter(_cell_names(cells[0])))
+            rows[_FACE if room in (_FACE, "mxnet/amp") else room] = (_cell_names(cells[1]), _cell_names(cells[2]))
     return rows if inside else None
 
 
 def _layers(page):
-    """Module names in the reading order of the ``<!-- layers ... -->`` block, or None."""
+    """Room names in the reading order of the ``<!-- layers ... -->`` block (top first), or None."""
     for block in page.blocks:
         fence = block["line"] - 2
         if fence >= 1 and page.lines[fence - 1].startswith("<!-- layers"):
-            order = []
-            for line in block["code"].splitlines():
-                words = line.split()
-                order += words[1:] if line[:1].strip() else words
-            return order
+            return [w.rstrip("/") for line in block["code"].splitlines() for w in line.split()[1:]]
     return None
 
 
-_ARCH_PAGES = [p for p in PAGES if _import_table(_page(p)) is not None]
+_ARCH_PAGES = [p for p in PAGES if _rooms_table(_page(p)) is not None]
 
 
 @pytest.mark.parametrize("path", _ARCH_PAGES, ids=_ids(_ARCH_PAGES))
-def test_module_layering_matches_the_source(path):
+def test_the_rooms_match_the_source(path):
     page = _page(path)
-    table, actual = _import_table(page), _package_imports()
-    bad = ["no row for module %s" % name for name in sorted(set(actual) - set(table))]
-    bad += ["row for %s, which is not a module of python/mxnet/amp/" % name
-            for name in sorted(set(table) - set(actual))]
-    for name in sorted(set(table) & set(actual)):
-        for kind, said, real in zip(("imports", "imports lazily"), table[name], actual[name]):
+    table, actual = _rooms_table(page), _package_rooms()
+    bad = ["no row for room %s" % room for room in sorted(set(actual) - set(table))]
+    bad += ["row for %s, which is not a folder of python/mxnet/amp/" % room for room in sorted(set(table) - set(actual))]
+    for room in sorted(set(table) & set(actual)):
+        for kind, said, real in zip(("holds", "imports"), table[room], actual[room]):
             if said != real:
-                bad.append("%s %s %s; the page says %s" % (name, kind, ", ".join(sorted(real)) or "nothing",
+                bad.append("%s %s %s; the page says %s" % (room, kind, ", ".join(sorted(real)) or "nothing",
                                                            ", ".join(sorted(said)) or "nothing"))
     order = _layers(page)
     if order is None:
         bad.append("no <!-- layers ... --> block")
     else:
-        position = {name: i for i, name in enumerate(order)}
-        bad += ["module %s is missing from the layers block" % name for name in sorted(set(actual) - set(position))]
-        for name, (eager, lazy) in sorted(actual.items()):
-            for target in sorted(eager | lazy):
-                if name in position and target in position and position[target] <= position[name]:
-                    bad.append("%s imports %s, which is not to its right or below it in the layers block"
-                               % (name, target))
+        position = {room: i for i, room in enumerate(order)}
+        bad += ["room %s is missing from the layers block" % r for r in sorted(set(actual) - set(position))]
+        for room, (_, imported) in sorted(actual.items()):
+            for target in sorted(imported):
+                if room in position and target in position and position[target] <= position[room]:
+                    bad.append("%s imports %s, which is not below it in the layers block" % (room, target))
     if bad:
-        pytest.fail("%s: the module layering does not match python/mxnet/amp/:\n  %s"
-                    % (page.name, "\n  ".join(bad)))
+        pytest.fail("%s: the rooms do not match python/mxnet/amp/:\n  %s" % (page.name, "\n  ".join(bad)))
