@@ -122,7 +122,7 @@ class ConvertedBlock(SymbolBlock):
         with atomic_output("%s-symbol.json" % path) as tmp:
             sym.save(tmp, remove_amp_cast=remove_amp_cast)
         with atomic_output("%s-%04d.params" % (path, epoch)) as tmp:
-            mx.nd.save(tmp, saved)
+            (mx.npx.save if mx.util.is_np_array() else mx.nd.save)(tmp, saved)  # as HybridBlock.export saves
         io = {"version": self.IO_VERSION, "in_format": self._in_format, "out_format": self._out_format}
         atomic_write("%s-io.json" % path, json.dumps(io).encode())
 
