@@ -15,7 +15,14 @@ def _reason(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the skipped tests grouped by reason (count, files), and the CPU class of this machine."""
+    """Print the summaries tests recorded (``record_property("summary", text)``: the checkpoint fuzz's seed and
+    case count), the skipped tests grouped by reason (count, files), and the CPU class of this machine."""
+    summaries = [value for key in ("passed", "failed") for report in terminalreporter.stats.get(key, [])
+                 for name, value in getattr(report, "user_properties", ()) if name == "summary"]
+    if summaries:
+        terminalreporter.section("summaries")
+        for text in summaries:
+            terminalreporter.write_line(text)
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when in ("setup", "call")]
     from mxnet.amp.core import cpu
     klass = cpu.cpu_class()

@@ -15,14 +15,19 @@ kvstore) loads an AMP file unchanged and never sees the AMP section. The AMP JSO
 so the AMP state lives in its own namespaced, versioned section and is never mixed into the optimizer's
 fields. Both parts carry a CRC-32, so a truncated or corrupted file is detected. A file without the trailer
 (written by a plain trainer or by ``mxnet.contrib.amp``, which saves no scaler state) reads with ``amp=None``.
+
+Reading never runs what a file names: the optimizer bytes are read by the allow-listed reader of
+:mod:`.updater_states` (``trusted=True`` hands them to ``pickle`` instead). A CRC only detects accidents; anyone
+can write a matching one.
 """
-import io
+from collections import namedtuple
 import json
-import pickle
 import struct
 import zlib
 
-__all__ = ["MAGIC", "AMP_SECTION_VERSION", "pack", "unpack", "read_file"]
+from . import updater_states
+
+__all__ = ["MAGIC", "AMP_SECTION_VERSION", "pack", "unpack", "read", "read_file"]
 
 #: Last bytes of every file written by an AMP trainer.
 MAGIC = b"\x00MXNET.AMP.STATES\x00"
@@ -52,24 +57,14 @@ def pack(optimizer_bytes, amp_section):
     return b"".join((optimizer_bytes, blob, _TRAILER.pack(len(blob), zlib.crc32(blob)), MAGIC))
 
 
-def _check_optimizer_pickle(data, source):
-    """Unpickle the updater states once to prove they load; return the pickle's length in bytes."""
-    stream = io.BytesIO(data)
-    try:
-        states = pickle.Unpickler(stream).load()
-    except Exception as err:  # pickle raises many types on garbage: report them all the same way
-        raise ValueError("%s is not a trainer state file (optimizer states do not unpickle: %s: %s)"
-                         % (source, type(err).__name__, err)) from err
-    if isinstance(states, tuple) and len(states) == 2:
-        states = states[0]
-    if not isinstance(states, dict):
-        raise ValueError("%s is not a trainer state file: expected pickled updater states (a dict or a "
-                         "(dict, Optimizer) tuple), found %s" % (source, type(states).__name__))
-    return stream.tell()
+StateFile = namedtuple("StateFile", ["optimizer_bytes", "updater_states", "amp"])
+StateFile.__doc__ = """A trainer state file, read and checked: its optimizer bytes, the
+:class:`~mxnet.amp.training.updater_states.UpdaterStates` they hold, and the ``"amp"`` section (None in files of
+plain trainers and ``mxnet.contrib.amp``)."""
 
 
-def unpack(data, source="<bytes>"):
-    """Split file content into optimizer bytes and the AMP section, validating both.
+def load(data: bytes, source: str = "<bytes>", trusted: bool = False) -> StateFile:
+    """Split file content into optimizer states and the AMP section, validating both; nothing in it runs.
 
     Parameters
     ----------
@@ -77,23 +72,29 @@ def unpack(data, source="<bytes>"):
         Content of a trainer state file.
     source : str
         Name used in error messages (usually the file name).
+    trusted : bool
+        Read the optimizer states with ``pickle`` itself, which runs whatever the file names (only for files
+        you trust, e.g. of a custom optimizer); by default they are read by
+        :func:`mxnet.amp.training.updater_states.loads`, which refuses anything a state file never holds.
 
     Returns
     -------
-    tuple of (bytes, dict or None)
-        Optimizer bytes and the ``"amp"`` section; None for files without one (plain or contrib trainers).
+    StateFile
 
     Raises
     ------
     ValueError
-        Truncated, corrupt or foreign content, or an unsupported version; the message says which.
+        Truncated, corrupt or foreign content, an unsupported version, or optimizer states that ask for
+        something a state file never holds; the message says which.
     """
+    if not trusted:
+        updater_states.check_globals(data, source)  # first, so that a forged file names what it asks for
     if not data.endswith(MAGIC):
-        end = _check_optimizer_pickle(data, source)
-        if end != len(data):
+        states = updater_states.loads(data, source=source, trusted=trusted)
+        if states.length != len(data):
             raise ValueError("%s is corrupt or truncated: %d unexpected bytes after the optimizer states "
-                             "(an AMP section without its end marker?)" % (source, len(data) - end))
-        return data, None
+                             "(an AMP section without its end marker?)" % (source, len(data) - states.length))
+        return StateFile(data, states, None)
     body = data[:-len(MAGIC)]
     if len(body) < _TRAILER.size:
         raise ValueError("%s is truncated: no room for the AMP section length" % source)
@@ -116,16 +117,37 @@ def unpack(data, source="<bytes>"):
     if len(optimizer_bytes) != header.get("optimizer_bytes") or \
             zlib.crc32(optimizer_bytes) != header.get("optimizer_crc32"):
         raise ValueError("%s is corrupt: optimizer states do not match their recorded length/checksum" % source)
-    _check_optimizer_pickle(optimizer_bytes, source)
+    states = updater_states.loads(optimizer_bytes, source=source, trusted=trusted)
+    if states.length != len(optimizer_bytes):
+        raise ValueError("%s is corrupt: %d unexpected bytes between the optimizer states and the AMP section"
+                         % (source, len(optimizer_bytes) - states.length))
     amp = header.get("amp")
     if not isinstance(amp, dict) or amp.get("version") != AMP_SECTION_VERSION:
         raise ValueError("%s has an unsupported AMP section %r; expected a dict with version %d"
                          % (source, amp if not isinstance(amp, dict) else amp.get("version"), AMP_SECTION_VERSION))
-    return optimizer_bytes, amp
+    return StateFile(optimizer_bytes, states, amp)
 
 
-def read_file(fname):
-    """Read a trainer state file and return ``unpack(content)``; see :func:`unpack` for errors."""
+def unpack(data: bytes, source: str = "<bytes>") -> tuple:
+    """The optimizer bytes and the ``"amp"`` section of file content, validated as :func:`load` does.
+
+    Returns
+    -------
+    tuple of (bytes, dict or None)
+        Optimizer bytes and the ``"amp"`` section; None for files without one (plain or contrib trainers).
+    """
+    loaded = load(data, source)
+    return loaded.optimizer_bytes, loaded.amp
+
+
+def read(fname: str, trusted: bool = False) -> StateFile:
+    """Read a trainer state file and return ``load(content)``; see :func:`load` for ``trusted`` and errors."""
     with open(fname, "rb") as src:
         data = src.read()
-    return unpack(data, source=repr(fname))
+    return load(data, source=repr(fname), trusted=trusted)
+
+
+def read_file(fname: str) -> tuple:
+    """Read a trainer state file and return ``(optimizer_bytes, amp)`` as :func:`unpack` does."""
+    loaded = read(fname)
+    return loaded.optimizer_bytes, loaded.amp

@@ -23,6 +23,9 @@ optimizer states and the optimizer's update counters stay as they were). ``Modul
 again, and ``scale_loss`` / ``unscale`` refuse it until then (its gradients would otherwise stay scaled). Loss heads whose backward ignores the head gradient (``SoftmaxOutput``,
 ``MakeLoss``...) cannot be scaled this way: train them with a static ``LossScaler(init_scale=1)`` (bfloat16's
 default), which keeps the skipping.
+
+``amp.load_states(mod, fname)`` is ``Module.load_optimizer_states(fname)`` without ``pickle``: the states, read by
+the allow-listed reader of :mod:`.updater_states`, go to :func:`module_updater`.
 """
 from typing import Any, Optional
 import weakref
@@ -34,7 +37,7 @@ from ..base.patches import PATCHES
 from .amp_state import AmpState, Stage, attach, attached, replace_scaler, report_step, state_of
 from .checks import check_gradients
 
-__all__ = ["init_optimizer", "active_state", "unscale_optimizer"]
+__all__ = ["init_optimizer", "active_state", "unscale_optimizer", "is_module", "module_updater"]
 
 #: The group of :data:`~mxnet.amp.base.patches.PATCHES` that ``init_trainer(optimizer)`` records.
 GROUP = "init_trainer(optimizer)"
@@ -134,3 +137,40 @@ def unscale_optimizer(optimizer: Optimizer) -> None:
                            "amp.init_trainer(optimizer); call it between Module.backward() and Module.update()")
     state.flag = _check(mod, 1.0 / (state.loss_scale or 1.0))
     state.stage = Stage.UNSCALED
+
+
+def is_module(obj: Any) -> bool:
+    """Whether ``obj`` is a ``Module`` or ``BucketingModule`` (what :func:`module_updater` takes)."""
+    return isinstance(obj, (_module.Module, _module.BucketingModule))
+
+
+def module_updater(mod: Any) -> Any:
+    """The ``Updater`` whose states ``Module.load_optimizer_states`` would set (``amp.load_states`` sets them).
+
+    Parameters
+    ----------
+    mod : mx.mod.Module or mx.mod.BucketingModule
+        With its optimizer initialised. A BucketingModule's buckets share one updater: its current bucket's.
+
+    Returns
+    -------
+    mx.optimizer.Updater
+
+    Raises
+    ------
+    RuntimeError
+        ``init_optimizer`` was not called.
+    ValueError
+        The module updates on the servers of a distributed kvstore, which hold its states.
+    """
+    if not mod.optimizer_initialized:
+        raise RuntimeError("load the optimizer states after Module.init_optimizer(); this module has no "
+                           "optimizer yet")
+    if isinstance(mod, _module.BucketingModule):
+        mod = mod._curr_module
+    if not mod._update_on_kvstore:
+        return mod._updater
+    if mod._kvstore._updater is None:
+        raise ValueError("this module's optimizer states live on the servers of its distributed kvstore (%r); "
+                         "MXNet cannot load them either" % mod._kvstore.type)
+    return mod._kvstore._updater

@@ -6,6 +6,11 @@
 another target dtype (float16 vs bfloat16 vs no ``amp.init``) loads its optimizer states but keeps the current
 loss scaler, with a warning: a float16 scale means nothing to a bfloat16 run. Everything is read and validated
 before the trainer changes.
+
+Loading never runs code a file names: the optimizer states are read by the allow-listed reader of
+:mod:`.updater_states` (``load_states(fname, trusted=True)`` hands them to ``pickle``, for files of custom
+optimizers). :func:`load_states` is also the API's ``amp.load_states``, which does the same for plain trainers and
+Module-API modules.
 """
 import logging
 from typing import Any, Dict
@@ -13,8 +18,8 @@ from typing import Any, Dict
 from mxnet.gluon import Trainer
 
 from ..base.files import atomic_write
-from . import checkpoint
-from .amp_state import state_of
+from . import checkpoint, module_api, updater_states
+from .amp_state import attached, state_of
 from .kvstore import ensure_kvstore
 from .loss_scaler import LossScaler
 from .step import settle
@@ -37,26 +42,99 @@ def save_states(trainer: Trainer, fname: str) -> None:
     atomic_write(fname, checkpoint.pack(_optimizer_bytes(trainer), state_dict(trainer)))
 
 
-def load_states(trainer: Trainer, fname: str) -> None:
-    """AMP version of ``Trainer.load_states``: reads AMP, plain and ``mxnet.contrib.amp`` files.
+def load_states(trainer: Any, fname: str, trusted: bool = False) -> None:
+    """Load a trainer state file into a ``gluon.Trainer`` or an ``mx.mod.Module`` without running its code.
 
-    Everything is read and validated before the trainer changes: a bad file raises ValueError and leaves the
-    trainer exactly as it was.
+    ``pickle`` (which MXNet's ``Trainer.load_states`` and ``Module.load_optimizer_states`` use) runs whatever a
+    file names; this reads the optimizer states with the allow-listed reader of :mod:`.updater_states` instead:
+    NDArray states, the optimizers of ``mx.optimizer`` and their learning-rate schedulers, numpy scalars and
+    plain containers. Anything else is refused before it is built. It is ``amp.load_states``, and the
+    ``load_states`` method of a trainer given to ``amp.init_trainer``.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer or mx.mod.Module or mx.mod.BucketingModule
+        A trainer given to ``amp.init_trainer`` loads its optimizer states and its loss scaler (AMP, plain and
+        ``mxnet.contrib.amp`` files; see the module docstring). A plain trainer or a module loads the optimizer
+        states, and ignores the AMP section of a file an AMP trainer wrote once it is checked. A module needs
+        ``init_optimizer`` first.
+    fname : str
+        A file of ``Trainer.save_states`` (plain or AMP), ``Module.save_optimizer_states`` or
+        ``mxnet.contrib.amp``.
+    trusted : bool, optional
+        Read the optimizer states with ``pickle`` itself, which runs whatever the file names: only for files
+        you trust that hold something else (a custom optimizer, sparse states).
+
+    Raises
+    ------
+    TypeError
+        ``trainer`` is none of the above, or ``trusted`` not a bool.
+    ValueError
+        The file is truncated, corrupt or foreign, or its optimizer states ask for something a state file never
+        holds (the message names the global, e.g. ``'posix.system'``); the trainer or module is unchanged.
+    RuntimeError
+        A module whose optimizer is not initialised.
+
+    Example
+    -------
+    >>> trainer = gluon.Trainer(net.collect_params(), 'adam')      # no amp.init_trainer needed
+    >>> amp.load_states(trainer, 'downloaded.states')
     """
-    optimizer_bytes, amp_section = checkpoint.read_file(fname)
-    apply_amp = _prepare_amp_section(trainer, amp_section, source=repr(fname))
+    if isinstance(trainer, Trainer) and attached(trainer) is not None:
+        loaded = checkpoint.read(fname, trusted=trusted)
+        apply_amp = _prepare_amp_section(trainer, loaded.amp, source=repr(fname))
+        _install_states(trainer, loaded.updater_states)
+        apply_amp()
+        return
+    if isinstance(trainer, Trainer):
+        updater = None
+    elif module_api.is_module(trainer):
+        updater = module_api.module_updater(trainer)
+    else:
+        raise TypeError("load_states expects a gluon.Trainer, an mx.mod.Module or an mx.mod.BucketingModule, got %s"
+                        % type(trainer).__name__)
+    loaded = checkpoint.read(fname, trusted=trusted)
+    if loaded.amp is not None:
+        _section_scaler(loaded.amp, repr(fname))  # not used here, but a file with a broken section is broken
+    if updater is None:
+        _install_states(trainer, loaded.updater_states)
+    else:
+        updater_states.install([updater], loaded.updater_states)
+
+
+def _install_states(trainer: Trainer, loaded: updater_states.UpdaterStates) -> None:
+    """What ``Trainer.load_states`` does after unpickling, with states already read and checked."""
     ensure_kvstore(trainer)
     settle(trainer)
     if trainer._update_on_kvstore:
-        trainer._kvstore._updater.set_states(optimizer_bytes)
-        trainer._optimizer = trainer._kvstore._updater.optimizer
+        updaters = [trainer._kvstore._updater]
+        if updaters[0] is None:
+            raise ValueError("this trainer's optimizer states live on the servers of its distributed kvstore "
+                             "(%r, update_on_kvstore=True); load states into a trainer created with "
+                             "update_on_kvstore=False" % trainer._kvstore.type)
     else:
-        for updater in trainer._updaters:
-            updater.set_states(optimizer_bytes)
-            updater.optimizer = trainer._updaters[0].optimizer
-        trainer._optimizer = trainer._updaters[0].optimizer
+        updaters = trainer._updaters
+    updater_states.install(updaters, loaded)
+    for updater in updaters:
+        updater.optimizer = updaters[0].optimizer
+    trainer._optimizer = updaters[0].optimizer
     trainer._optimizer.param_dict = dict(enumerate(trainer._params))
-    apply_amp()
+
+
+def _section_scaler(section, source):
+    """The LossScaler an AMP section holds; ValueError names what is wrong with the section and where it is."""
+    if not isinstance(section, dict) or set(section) != {"version", "target_dtype", "loss_scaler"}:
+        raise ValueError("invalid AMP state in %s: expected keys ['loss_scaler', 'target_dtype', 'version'], "
+                         "got %r" % (source, sorted(section) if isinstance(section, dict) else section))
+    if section["version"] != checkpoint.AMP_SECTION_VERSION:
+        raise ValueError("unsupported AMP state version %r in %s; supported: %d"
+                         % (section["version"], source, checkpoint.AMP_SECTION_VERSION))
+    candidate = LossScaler()
+    try:
+        candidate.load_state_dict(section["loss_scaler"])
+    except (TypeError, ValueError) as err:
+        raise ValueError("invalid AMP state in %s: %s" % (source, err)) from err
+    return candidate
 
 
 def _prepare_amp_section(trainer, section, source):
@@ -66,14 +144,7 @@ def _prepare_amp_section(trainer, section, source):
         _LOG.warning("AMP: %s holds no AMP state (written by a plain gluon.Trainer or mxnet.contrib.amp); "
                      "keeping the current loss scaler (scale %g)", source, amp_state.scaler.scale)
         return lambda: None
-    if not isinstance(section, dict) or set(section) != {"version", "target_dtype", "loss_scaler"}:
-        raise ValueError("invalid AMP state in %s: expected keys ['loss_scaler', 'target_dtype', 'version'], "
-                         "got %r" % (source, sorted(section) if isinstance(section, dict) else section))
-    if section["version"] != checkpoint.AMP_SECTION_VERSION:
-        raise ValueError("unsupported AMP state version %r in %s; supported: %d"
-                         % (section["version"], source, checkpoint.AMP_SECTION_VERSION))
-    candidate = LossScaler()
-    candidate.load_state_dict(section["loss_scaler"])
+    candidate = _section_scaler(section, source)
     if section["target_dtype"] != amp_state.target_dtype:
         _LOG.warning("AMP: %s was written for target dtype %r but this trainer runs %r; its loss scaler state "
                      "is dropped and the current one (scale %g) kept", source, section["target_dtype"],

@@ -29,6 +29,9 @@ a versioned AMP section (:mod:`.states`, :mod:`.checkpoint`), atomically. ``load
 ``gluon.Trainer`` files and ``mxnet.contrib.amp`` files (the latter two keep the current scaler and log one
 warning). A file written for another target dtype (float16 vs bfloat16 vs no ``amp.init``) loads its optimizer
 states but keeps the current loss scaler, with a warning: a float16 scale means nothing to a bfloat16 run.
+Loading never runs code a file names: the optimizer states are read by the allow-listed reader of
+:mod:`.updater_states` (``load_states(fname, trusted=True)`` hands them to ``pickle``, for files of custom
+optimizers).
 """
 from contextlib import contextmanager
 import types
