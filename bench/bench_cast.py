@@ -54,8 +54,8 @@ def main():
           % (args.total, library.cpu_isa()))
     print("copy bandwidth: %.1f GB/s" % copy_gbs)
     print("%8s %9s %9s %11s %11s %9s %10s %10s" % ("tensors", "to", "fused ms", "fused out=",
-                                                     "builtin ms", "speed-up", "out= GB/s",
-                                                     "% of copy"))
+                                                   "builtin ms", "speed-up", "out= GB/s",
+                                                   "% of copy"))
     rng = np.random.default_rng(0)
     for count in args.counts:
         params = [mx.nd.array(rng.standard_normal(n, dtype=np.float32)) for n in

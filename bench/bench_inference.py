@@ -172,7 +172,8 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per variant")
     parser.add_argument("--record", action="store_true",
-                        help="write the bfloat16/float32 ratios into python/mxnet/amp/cpu_ratios.json for this CPU class")
+                        help="write the bfloat16/float32 ratios into python/mxnet/amp/core/cpu_ratios.json for this "
+                             "CPU class")
     add_stand_in(parser)
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -204,7 +205,7 @@ def main(argv=None):
         print("%-18s | %10s | %12s | %s" % ("variant", "ms/batch", "vs fp32", "max rel dev vs fp32"))
         for name in VARIANTS:
             res = results.get(name, {"error": "not run: the default plan ('ours bf16') is this one here, or "
-                                               "MXNet has no bf16 kernels on this CPU"})
+                                     "MXNet has no bf16 kernels on this CPU"})
             if "error" in res:
                 print("%-18s | %s" % (name, res["error"]))
                 continue

@@ -72,7 +72,7 @@ def update_variants(rule, shapes):
 
     def ours():
         ops.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, grads, states)], flag, scaler, lrs, wds,
-                          etas=lrs, momentum=0.9).wait_to_read()
+                         etas=lrs, momentum=0.9).wait_to_read()
 
     def theirs():
         if rule in ("sgd", "sgd_mom"):
@@ -136,7 +136,7 @@ def main():
     shapes = resnet50_shapes()
     values = sum(int(np.prod(s)) for s in shapes)
     print("%d parameters, %.1f M float32 values; library CPU kernels: %s" % (len(shapes), values / 1e6,
-                                                                          library.cpu_isa()))
+                                                                             library.cpu_isa()))
     if args.step:
         print("%-8s | %18s | %21s | %s" % ("rule", "gluon.Trainer ms", "amp.init_trainer ms", "plain / amp"))
         for optimizer in ("sgd", "adam"):
@@ -146,7 +146,7 @@ def main():
                 1e3 * times["amp.init_trainer"], times["gluon.Trainer"] / times["amp.init_trainer"]))
         return
     print("%-8s | %12s | %12s | %12s | %9s | %9s | %s" % ("rule", "copy ms", "mxnet ms", "mxnet.amp ms",
-                                                        "amp/copy", "mxnet/amp", "GB/s (copy, mxnet, amp)"))
+                                                          "amp/copy", "mxnet/amp", "GB/s (copy, mxnet, amp)"))
     for rule, touched in _TOUCHED.items():
         copies = best_of(copy_variants(values * touched // 8), args.repeat)
         copy = min(copies.values())

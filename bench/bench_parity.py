@@ -152,7 +152,7 @@ def main():
             epoch_s = statistics.median(x["epoch_s"] for x in r)
             base = base or epoch_s
             print("%-11s %-18s %9.4f %11.4f %9.3f %7.2fx" % (model, config, r[0]["accuracy"], r[0]["final_loss"],
-                                                           epoch_s, base / epoch_s), flush=True)
+                                                             epoch_s, base / epoch_s), flush=True)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def record(results, command):
         json.dump(data, f, indent=2)
         f.write("\n")
     print("recorded classes %s in %s (CPU %s)" % (", ".join(sorted(results)), os.path.normpath(EVIDENCE),
-                                                 cpu.model_name()))
+                                                  cpu.model_name()))
 
 
 def main(argv=None):

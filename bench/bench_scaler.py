@@ -14,8 +14,9 @@ times one full iteration (forward, backward, ``trainer.step``) five ways, interl
 - contrib:  ``mxnet.contrib.amp.init_trainer`` + ``scale_loss`` (``multi_all_finite`` in chunks of 200 on the
             first device only).
 Every variant ends its step with ``mx.nd.waitall()``, so what the no-sync step gains by overlapping the host with
-the device is not counted. Overhead = min(variant) - min(plain) (and amp - plain-fused: the scaler alone) over interleaved rounds (the minimum filters out interference from other
-processes, as ``timeit`` does); printed in ms and as a fraction of the plain step.
+the device is not counted. Overhead = min(variant) - min(plain) (and amp - plain-fused: the scaler alone) over
+interleaved rounds (the minimum filters out interference from other processes, as ``timeit`` does); printed in ms
+and as a fraction of the plain step.
 
 The models stay float32 so that only the scaler is measured: ``mxnet.contrib.amp.init`` would patch every
 operator for float16/bfloat16, which this CPU cannot run, so its ``_amp_initialized`` and

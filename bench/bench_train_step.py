@@ -282,7 +282,7 @@ def main():
         from mxnet.amp.core.support import plans_native
         workload = ("ResNet-18 training step, %dx3x%dx%d, SGD momentum" % (args.batch, args.size, args.size)
                     if args.model == "resnet18" else "encoder training step, %dx%dx768, AdamW" % (args.batch,
-                                                                                                 ENCODER_SEQ))
+                                                                                                  ENCODER_SEQ))
         plan = "native" if plans_native("bfloat16", "cpu") else "emulated"
         record({(workload, plan): round(base / statistics.median(results["amp_bf16"]), 2)},
                "python bench/bench_train_step.py " + " ".join(sys.argv[1:]))
@@ -294,14 +294,14 @@ def print_profile(rows):
     """The ``--profile`` table: ms per step by category, wall time, casts and oneDNN reorders per step."""
     print("\nstep profile (ms per step; MXNet profiler, bulking off, so slower than the timed steps above)")
     print("%-14s %s %9s %8s %10s" % ("config", " ".join("%9s" % c for c in CATEGORIES + ("rest",)), "wall",
-                                      "casts", "reorders"))
+                                     "casts", "reorders"))
     for row in rows:
         if "error" in row:
             print("%-14s failed: %s" % (row["config"], row["error"]))
             continue
         rest = row["wall_ms"] - sum(row["ms"].values())
         print("%-14s %s %9.1f %8.0f %10.0f" % (row["config"], " ".join("%9.1f" % v for v in
-                                                                          [row["ms"][c] for c in CATEGORIES] + [rest]),
+                                                                       [row["ms"][c] for c in CATEGORIES] + [rest]),
                                                row["wall_ms"], row["casts"], row["reorders"]))
 
 

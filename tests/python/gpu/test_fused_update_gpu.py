@@ -50,7 +50,7 @@ def test_fused_update_on_gpu_matches_mxnets_gpu_optimizers(rule):
                                   wd=wds[i], rescale_grad=0.125)
             params = list(zip(ours, grads, states[0], states[1]))
         applied = ops.multi_update(rule, params, mx.nd.ones((1,), ctx=ctx), _state(ctx, 2.0), step_lrs, wds,
-                                    rescale_grad=0.25, momentum=0.9)
+                                   rescale_grad=0.25, momentum=0.9)
         assert applied.asnumpy()[0] == 1.0
     for got, want in zip(ours, theirs):
         np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-6, atol=1e-7)
@@ -64,7 +64,7 @@ def test_fused_update_on_gpu_matches_mxnets_gpu_optimizers(rule):
 def test_scaler_state_on_gpu_follows_next_state_exactly():
     config = ScalerConfig(init_scale=8.0, growth_interval=2, min_scale=2.0)
     host, device = ScalerState(scale=8.0), mx.nd.array(encode(ScalerState(scale=8.0)), ctx=mx.gpu(0),
-                                                        dtype=np.float64)
+                                                       dtype=np.float64)
     for finite in [True, True, False, False, False, True]:
         scale = ops.scaler_update(device, mx.nd.array([float(finite)], ctx=mx.gpu(0)), config)
         host = next_state(config, host, finite)

@@ -111,7 +111,7 @@ def test_converted_model_runs_on_gpu():
     args = {k: v for k, v in params.items() if k not in aux_names}
     aux = {k: v for k, v in params.items() if k in aux_names}
     new, new_args, new_aux = layout.convert_layout(sym, args, aux, {"data": x.shape},
-                                                     input_dtypes={"data": "float16"}, ctx=mx.gpu(0))
+                                                   input_dtypes={"data": "float16"}, ctx=mx.gpu(0))
     ctx = mx.gpu(0)
     exe = new.bind(ctx, dict({k: v.as_in_context(ctx) for k, v in new_args.items()}, data=x),
                    aux_states={k: v.as_in_context(ctx) for k, v in new_aux.items()})

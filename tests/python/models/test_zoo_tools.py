@@ -97,7 +97,8 @@ def test_precision_map_of_resnet18(saved, tmp_path):
     assert all(role == lp for _, ops in groups for (op, role) in ops
                if op in conv_ops + ("FullyConnected", "amp_fully_connected"))
     # BatchNorm, or this project's (amp_batch_norm) in the training graphs of CPUs that run bfloat16 natively
-    assert {role for _, ops in groups for (op, role) in ops if op in ("BatchNorm", "amp_batch_norm")} == {"dtype-neutral"}
+    bn_roles = {role for _, ops in groups for (op, role) in ops if op in ("BatchNorm", "amp_batch_norm")}
+    assert bn_roles == {"dtype-neutral"}
     path = str(tmp_path / "precision_map.png")
     plot_precision_map(nodes, path, "resnet18_v1, bfloat16")
     import matplotlib.image

@@ -26,7 +26,6 @@ requires_onednn3_bf16 = pytest.mark.skipif(not library.onednn_bf16()[0],
 ONEDNN3_DTYPES = ("float32", pytest.param("bfloat16", marks=requires_onednn3_bf16))
 
 
-
 def mxnet_onednn_runs_bf16():
     """Whether MXNet's own oneDNN 2.4 creates bfloat16 primitives in this process: on the real CPU (never a
     mocked cpuinfo) with AVX-512 (F, BW, VL, DQ), unless ``DNNL_MAX_CPU_ISA`` caps it below ``AVX512_CORE``."""

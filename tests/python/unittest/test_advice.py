@@ -77,7 +77,7 @@ def test_bfloat16_warns_once_on_slow_classes_only(on_class, cls):
     text = str(slow[0].message)
     klass = next(c for c in cpu.CLASSES if c.name == cls)
     assert text.startswith("mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here" % (cls, klass.title,
-                                                                                         klass.bf16))
+                                                                                          klass.bf16))
     assert "target_dtype='auto'" in text
     assert "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)" in text
     assert "AMP's default plan emulates it (float32 kernels on bf16-rounded values, bf16 numerics)" in text
@@ -234,7 +234,7 @@ def test_each_class_plan_is_the_faster_for_every_op_measured_there():
                 continue
             faster = NATIVE if row["native_ms"] < row["emulated_ms"] else EMULATED
             assert faster == plan, "class (%s) plans %s, but %s ran faster %s: %s" % (name, plan, row["label"],
-                                                                                     faster, row)
+                                                                                      faster, row)
 
 
 @pytest.mark.parametrize("cls", ["b", "d"])

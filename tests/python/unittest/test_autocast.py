@@ -14,8 +14,6 @@ from amp_testing import bf16_round, lp_round
 from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 
 
-
-
 def _data(shape, seed):
     return np.random.RandomState(seed).uniform(-1, 1, size=shape).astype(np.float32)
 
@@ -166,8 +164,8 @@ def test_graph_cast_placement_float16_structure():
     assert multicast["op"] == "amp_multicast" and multicast["attrs"]["num_outputs"] == "2"
     assert nodes[by_name["prob"]["inputs"][0][0]]["op"] == "elemwise_add"  # fp32 already: no cast added
     assert stats.as_dict() == {"casts": 2, "multicasts": 1, "ops": {"lp16": 3, "neutral": 3, "widest": 1,
-                                                                     "fp32": 1}, "lp16_modes": {"native": 3},
-                              "kernels": {}}
+                                                                    "fp32": 1}, "lp16_modes": {"native": 3},
+                               "kernels": {}}
     arg_types, out_types, _ = sym.infer_type(data=np.float32, w=np.float32)
     assert out_types == [np.float32]
 

@@ -147,8 +147,9 @@ def test_training_graphs_keep_batch_norm_in_bfloat16_on_the_library_kernel():
     assert not [n for n in nodes if n["op"] == "amp_cast" and n["attrs"]["dtype"] == "float32"
                 and nodes[n["inputs"][0][0]]["op"] == "amp_convolution"]
     # inference conversion, emulation, float16 and kernels="mxnet" keep MXNet's BatchNorm
-    for policy, inference in ((make_policy("bfloat16", emulate=False), True), (make_policy("bfloat16", emulate=True), False),
-                              (make_policy("float16"), False), (make_policy("bfloat16", emulate=False, kernels="mxnet"), False)):
+    for policy, inference in ((make_policy("bfloat16", emulate=False), True),
+                              (make_policy("bfloat16", emulate=True), False), (make_policy("float16"), False),
+                              (make_policy("bfloat16", emulate=False, kernels="mxnet"), False)):
         other, _ = rewrite_symbol(sym, policy, "cpu", inference=inference)
         assert [n["op"] for n in _bn_nodes(other)] == ["BatchNorm"] * 2
 

@@ -429,7 +429,8 @@ def test_amp_init_hybridized_training_runs_library_convolutions(monkeypatch):
 
 
 @requires_onednn3
-@pytest.mark.parametrize("dtype,emulate", [pytest.param("bfloat16", None, marks=requires_onednn3_bf16), ("bfloat16", True),
+@pytest.mark.parametrize("dtype,emulate", [pytest.param("bfloat16", None, marks=requires_onednn3_bf16),
+                                           ("bfloat16", True),
                                            ("float16", True)])
 def test_deconvolution_runs_on_the_library_wherever_amp_rewrites_it(monkeypatch, dtype, emulate):
     # MXNet's oneDNN Deconvolution backward aborts on a computed (cast or rounded) weight: AMP routes around it,

@@ -146,7 +146,7 @@ def test_module_entry_point(saved_net, tmp_path):
     if "convert" not in entry.COMMANDS:
         pytest.skip("the 'convert' command is not registered in mxnet.amp.__main__ yet")
     cmd = [sys.executable, "-m", "mxnet.amp", "convert"] + _args(saved_net, str(tmp_path / "low"),
-                                                                  "--dtype", "float32")
+                                                                 "--dtype", "float32")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
     assert os.listdir(tmp_path) == []

@@ -10,6 +10,7 @@ from mxnet.amp.core.support import native_support
 
 from amp_testing import CPUS, cpuinfo_of_class as _cpuinfo, hardware_report_of_class
 
+
 @pytest.fixture
 def mocked(tmp_path, monkeypatch):
     """Point the detection at a mocked cpuinfo of one class; returns the function that does it."""
@@ -157,7 +158,8 @@ try:
     mxnet_bf16 = True
 except mx.base.MXNetError:
     mxnet_bf16 = False
-print(json.dumps({"class": cpu.cpu_class().name, "stand_in": cpu.stand_in(), "native": native_support("bfloat16", "cpu"),
+print(json.dumps({"class": cpu.cpu_class().name, "stand_in": cpu.stand_in(),
+                  "native": native_support("bfloat16", "cpu"),
                   "planned": plans_native("bfloat16", "cpu"), "mxnet_bf16": mxnet_bf16, "onednn": library.onednn()[1]}))
 """
 

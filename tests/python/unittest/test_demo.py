@@ -18,7 +18,7 @@ def test_demo_trains_resumes_and_reports(tmp_path):
     text = out.getvalue()
     klass = cpu.cpu_class()  # the first line: the CPU class and what bfloat16 does there
     assert text.splitlines()[0].startswith("CPU class (%s) %s: bfloat16 is %s here" % (klass.name, klass.title,
-                                                                                    klass.bf16))
+                                                                                       klass.bf16))
     assert ("target_dtype='auto' would train in float32 here" in text.splitlines()[0]) == (klass.name in "ab")
     fp32, bf16 = result["float32"], result["bfloat16"]
     assert fp32["accuracy"][-1] > 0.6 and bf16["accuracy"][-1] > 0.6, (fp32["accuracy"], bf16["accuracy"])

@@ -508,7 +508,8 @@ def test_the_rooms_match_the_source(path):
     page = _page(path)
     table, actual = _rooms_table(page), _package_rooms()
     bad = ["no row for room %s" % room for room in sorted(set(actual) - set(table))]
-    bad += ["row for %s, which is not a folder of python/mxnet/amp/" % room for room in sorted(set(table) - set(actual))]
+    bad += ["row for %s, which is not a folder of python/mxnet/amp/" % room
+            for room in sorted(set(table) - set(actual))]
     for room in sorted(set(table) & set(actual)):
         for kind, said, real in zip(("holds", "imports"), table[room], actual[room]):
             if said != real:

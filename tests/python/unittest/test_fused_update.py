@@ -64,7 +64,7 @@ def test_sgd_matches_multi_sgd_bit_for_bit(clip, momentum):
                                    lrs=LRS, wds=WDS, rescale_grad=1 / 128, **kwargs)
             params = list(zip(ours, grads))
         applied = ops.multi_update("sgd_mom" if momentum else "sgd", params, ONE, _state(4.0), LRS, WDS,
-                                    rescale_grad=1 / 32, clip_gradient=clip, momentum=momentum)
+                                   rescale_grad=1 / 32, clip_gradient=clip, momentum=momentum)
         assert applied.asnumpy()[0] == 1.0
     _assert_same(ours, theirs)
     if momentum:
@@ -85,7 +85,7 @@ def test_adam_matches_adam_update_bit_for_bit(clip):
             mx.nd.adam_update(theirs[i], grads[i], states[2][i], states[3][i], out=theirs[i], lr=lr, wd=WDS[i],
                               rescale_grad=0.25, **kwargs)
         ops.multi_update("adam", list(zip(ours, grads, states[0], states[1])), ONE, _state(2.0), [lr] * 4, WDS,
-                          rescale_grad=0.5, clip_gradient=clip)
+                         rescale_grad=0.5, clip_gradient=clip)
     _assert_same(ours + states[0] + states[1], theirs + states[2] + states[3])
 
 
@@ -104,7 +104,7 @@ def test_adamw_matches_contrib_adamw_update_bit_for_bit(clip):
                                        mx.nd.array([0.25]), out=theirs[i], lr=correction, eta=1e-3, wd=WDS[i],
                                        **kwargs)
         ops.multi_update("adamw", list(zip(ours, grads, states[0], states[1])), ONE, _state(1.0),
-                          [correction] * 4, WDS, etas=[1e-3] * 4, rescale_grad=0.25, clip_gradient=clip)
+                         [correction] * 4, WDS, etas=[1e-3] * 4, rescale_grad=0.25, clip_gradient=clip)
     _assert_same(ours + states[0] + states[1], theirs + states[2] + states[3])
 
 
@@ -119,7 +119,7 @@ def test_float16_master_weights_match_multi_mp_sgd_mom_update():
         mx.nd.multi_mp_sgd_mom_update(*[a for t in zip(w16_ref, grads, mom_ref, master_ref) for a in t],
                                       out=w16_ref, num_weights=4, lrs=LRS, wds=WDS, momentum=0.9, rescale_grad=0.5)
         ops.multi_update("sgd_mom", list(zip(w16, grads, mom, master)), ONE, _state(1.0), LRS, WDS,
-                          rescale_grad=0.5, momentum=0.9, multi_precision=True)
+                         rescale_grad=0.5, momentum=0.9, multi_precision=True)
     _assert_same(w16 + master + mom, w16_ref + master_ref + mom_ref)
 
 
@@ -135,7 +135,7 @@ def test_bfloat16_master_weights_are_the_float32_update_rounded():
         exact = ops.multi_cast(grads, "float32")  # what the bfloat16 gradients hold
         lr = 1e-3 * bias_correction(0.9, 0.999, t)
         ops.multi_update("adam", list(zip(w_bf16, grads, mean[0], mean[1], master)), ONE, _state(), [lr] * 4,
-                          WDS, multi_precision=True)
+                         WDS, multi_precision=True)
         ops.multi_update("adam", list(zip(master_f32, exact, mean[2], mean[3])), ONE, _state(), [lr] * 4, WDS)
     _assert_same(master, master_f32)
     _assert_same(ops.multi_cast(w_bf16, "float32"),
@@ -149,7 +149,7 @@ def test_a_zero_flag_writes_nothing(rule):
     states = [tuple(mx.nd.array(rng.rand(*s)) for _ in ops.UPDATE_RULES[rule]) for s in SHAPES]
     before = [a.asnumpy() for a in weights + [x for s in states for x in s]]
     applied = ops.multi_update(rule, [(w, g) + s for w, g, s in zip(weights, _arrays(rng), states)],
-                                mx.nd.zeros((1,)), _state(), LRS, WDS, etas=LRS, momentum=0.9)
+                               mx.nd.zeros((1,)), _state(), LRS, WDS, etas=LRS, momentum=0.9)
     assert applied.asnumpy()[0] == 0.0
     for got, want in zip(weights + [x for s in states for x in s], before):
         np.testing.assert_array_equal(got.asnumpy(), want)

@@ -238,7 +238,7 @@ _ONNX_CONFIGS = [c for c in _CONFIGS if _onnx_supported(c)] + [("lstm", "TNC", (
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("cfg", _ONNX_CONFIGS, ids=lambda c: "%s-%s-%s%d" % (c[0], c[1], "bi" if c[2][0] else
-                                                                            "uni", c[2][1]))
+                                                                             "uni", c[2][1]))
 def test_converted_rnn_onnx_export_runs(cfg, dtype, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     net, xs, y0, _, _ = _reference(cfg)
@@ -260,7 +260,8 @@ _CHECK = (
     "import json, mxnet as mx\n"
     "from mxnet.amp.core import library, ops\n"
     "y = mx.sym.amp_round(mx.sym.var('x'), dtype='bfloat16')\n"
-    "print(json.dumps({'state': library.GRAPH_INFERENCE['state'], 'convention': library.GRAPH_INFERENCE['convention'],\n"
+    "print(json.dumps({'state': library.GRAPH_INFERENCE['state'],\n"
+    "                  'convention': library.GRAPH_INFERENCE['convention'],\n"
     "                  'partial': y.infer_shape_partial(x=(0, 7))[1][0]}))\n")
 
 

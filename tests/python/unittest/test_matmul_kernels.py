@@ -1,7 +1,8 @@
 """The library's oneDNN 3 matrix products (amp_fully_connected, amp_batch_dot, amp_matmul) and their routing.
 
 Kernel tests on bfloat16 operands run where oneDNN 3 creates bfloat16 products (avx512_core and up: CPU classes
-(b) to (d); on AVX2 it cannot, and they skip with the reason), float32 ones wherever oneDNN 3 loads: NumPy references in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length;
+(b) to (d); on AVX2 it cannot, and they skip with the reason), float32 ones wherever oneDNN 3 loads: NumPy
+references in float64 on the bfloat16-rounded operands, with a tolerance from the accumulation length;
 gradients against finite differences (float32 operands: the products are linear, so differences are exact up
 to float32 rounding) and against MXNet's float32 kernels. Routing tests check graph structure on every machine;
 the fallback without oneDNN 3 runs in a subprocess with ``MXNET_AMP_ONEDNN=0``.
@@ -412,7 +413,7 @@ def test_amp_init_imperative_calls_run_the_library_kernels(monkeypatch):
     z = mx.np.matmul(mx.np.array(a), mx.np.array(c[0]))
     assert isinstance(z, mx.np.ndarray) and z.shape == (2, 5, 3)
     assert_accumulated(_np(z.as_nd_ndarray()), bf16_round(a).astype(np.float64) @ bf16_round(c[0]).astype(np.float64),
-           np.abs(ref), 7, "bfloat16")
+                       np.abs(ref), 7, "bfloat16")
 
 
 # ---- run time: loading, OpenMP, fallback ---------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Tests for mxnet.amp.core.policy and mxnet.amp.core.support: how each low precision op runs per device, and the hardware detection."""
+"""Tests for mxnet.amp.core.policy and mxnet.amp.core.support: how each low precision op runs per device, and the
+hardware detection."""
 import pytest
 
 from mxnet.amp import lists

@@ -9,8 +9,6 @@ from mxnet import amp, autograd, gluon
 from mxnet.gluon import nn
 
 
-
-
 class _CNN(gluon.HybridBlock):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

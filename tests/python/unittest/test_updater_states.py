@@ -288,7 +288,7 @@ def test_the_malicious_files_do_run_under_pickle(tmp_path, monkeypatch):
             marker = str(tmp_path / ("MARKER_%d" % index))
             payload, _ = payloads(marker, str(tmp_path), index)[kind]
             files.append(_write(tmp_path / ("evil_%d.states" % index), _malicious(place, payload, trainer,
-                                                                                   genuine)))
+                                                                                  genuine)))
             markers.append(marker)
             index += 1
     for data in (protocol0_payload, inst_payload):

@@ -422,8 +422,8 @@ def test_parameters_of_ops_that_follow_are_low_precision_without_offline_casting
     # FullyConnected is in neither given list and reads the bfloat16 BatchNorm output: its parameters are
     # stored in bfloat16 (as mxnet.contrib.amp does); the convolution's keep float32 (cast in the graph)
     assert {k: v.dtype for k, v in low_args.items()} == {"conv_weight": np.float32, "conv_bias": np.float32,
-                                                          "bn_gamma": np.float32, "bn_beta": np.float32,
-                                                          "fc_weight": BF16, "fc_bias": BF16}
+                                                         "bn_gamma": np.float32, "bn_beta": np.float32,
+                                                         "fc_weight": BF16, "fc_bias": BF16}
     assert all(v.dtype == np.float32 for v in low_aux.values())
 
 

@@ -299,10 +299,10 @@ def run_demo(config, out=sys.stdout):
         log("%-32s %14s %14s" % row)
     plots.plot_losses({"float32": fp32, config.dtype: amp}, os.path.join(config.out_dir, "loss.png"))
     plots.plot_loss_scale(amp["scales"], amp["skipped"], os.path.join(config.out_dir, "loss_scale.png"),
-                           amp["resumed_at"])
+                          amp["resumed_at"])
     plots.plot_precision_map(precision_map(amp["graph"], make_policy(config.dtype)),
-                              os.path.join(config.out_dir, "precision_map.png"),
-                              "precision map of the training graph (%s)" % config.dtype)
+                             os.path.join(config.out_dir, "precision_map.png"),
+                             "precision map of the training graph (%s)" % config.dtype)
     log("")
     log("report written to %s/: loss.png, loss_scale.png, precision_map.png, model.onnx" % config.out_dir)
     return {"float32": fp32, config.dtype: amp, "inference": infer}

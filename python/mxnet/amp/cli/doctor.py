@@ -172,7 +172,7 @@ def diagnose(sym, arg_params, aux_params, data, dtype="float16", loss_scale=None
     feed = dict(args, **aux, **{k: _legacy(v, ctx) for k, v in data.items()})
     with mx.util.np_shape(is_np):
         low, _ = rewrite_symbol(sym, policy, ctx.device_type, {k: v.dtype for k, v in feed.items()},
-                                      {k: feed[k].shape for k in data})
+                                {k: feed[k].shape for k in data})
         ref = _outputs_by_node(sym, feed)
         got = _outputs_by_node(low, feed)
         grads = _gradient_check(low, sym, feed, [k for k in args if k in sym.list_arguments()], scale)
@@ -216,7 +216,7 @@ def _mxnet_op(op):
         return op
     return next(mx_op for dtype in lists.DTYPES for mx_op, kernel in sorted(
         {**lists.library_kernels(dtype, "cpu"), **lists.emulation_kernels(dtype, "cpu")}.items())
-                if kernel == op and not mx_op.startswith("_"))
+        if kernel == op and not mx_op.startswith("_"))
 
 
 def _gradients(sym, feed, wrt, scale):

@@ -54,7 +54,7 @@ def format_op(op, dtypes=lists.DTYPES):
         for dev, kernels in ((d, lists.library_kernels(dtype, d)) for d in ("cpu", "gpu")):
             if op in kernels:
                 lines.append(" " * 12 + "library kernel on %s: %s (%s)" % (dev.upper(), kernels[op],
-                                                                      _library_here(op, dtype, dev)))
+                                                                           _library_here(op, dtype, dev)))
         lines.extend(textwrap.wrap(lists.reason(op, dtype), 96, initial_indent=" " * 12,
                                    subsequent_indent=" " * 12))
     return "\n".join(lines)

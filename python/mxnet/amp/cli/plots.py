@@ -6,6 +6,7 @@ from ..graph.precision_map import ROLES, data_path, stage_summary
 
 __all__ = ["plot_losses", "plot_loss_scale", "plot_precision_map"]
 
+
 def _pyplot():
     import matplotlib
     matplotlib.use("Agg")

@@ -156,7 +156,7 @@ SPECS = {
     "GridGenerator": ([(2, 6)], {"transform_type": "affine", "target_shape": (4, 4)}),
     "BilinearSampler": ([NCHW, (2, 2, 4, 4)], {}),
     "SpatialTransformer": ([NCHW, (2, 6)], {"transform_type": "affine", "sampler_type": "bilinear",
-                                              "target_shape": (4, 4)}),
+                                            "target_shape": (4, 4)}),
     "Deconvolution": ([NCHW, (3, 4, 3, 3)], {"kernel": (3, 3), "num_filter": 4}),
     "LeakyReLU": ([NCHW], {"act_type": "leaky"}),
     "Reshape": ([NCHW], {"shape": (6, 16)}),

@@ -46,6 +46,6 @@ def renamed_keywords(func_name, given, current, stacklevel=3):
                       % (func_name, old, new), DeprecationWarning, stacklevel=stacklevel)
         if out[new] not in (None, False) and out[new] != value:
             raise TypeError("%s() got both %r=%r and its deprecated name %r=%r" % (func_name, new, out[new],
-                                                                                  old, value))
+                                                                                   old, value))
         out[new] = value
     return out

@@ -186,7 +186,7 @@ def stand_in_env(class_name):
     if _rank(klass) > _rank(real):
         raise ValueError("cannot stand in for class (%s) on this class (%s) CPU: ISA caps only lower what oneDNN "
                          "runs; expected one of %s" % (klass.name, real.name,
-                                                      ", ".join(repr(c.name) for c in CLASSES[:_rank(real) + 1])))
+                                                       ", ".join(repr(c.name) for c in CLASSES[:_rank(real) + 1])))
     if klass == real:
         return {}
     isa = STAND_IN_ISA[klass.name]

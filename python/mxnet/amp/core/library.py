@@ -6,10 +6,10 @@ by ``pip install .``). A second load of the same file (or of another copy when t
 registered) is skipped: loading twice would half-register the ops in MXNet. The names of the library's ops
 are data, in :mod:`.op_names`; :mod:`.ops` runs them.
 
-The matrix products and convolutions run oneDNN 3 kernels from a second library,
-``_lib/libmxnet_amp_onednn.so``, which libmxnet_amp.so opens on first use (it links the ``libdnnl.so.3`` of
-the ``onednn-cpu-gomp`` wheel); BatchNorm and the multi-tensor ops run the library's own kernels. :func:`onednn` says whether that worked; ``MXNET_AMP_ONEDNN=0`` in the
-environment keeps it closed (MXNet's own kernels are used then).
+The matrix products and convolutions run oneDNN 3 kernels from a second library, ``_lib/libmxnet_amp_onednn.so``,
+which libmxnet_amp.so opens on first use (it links the ``libdnnl.so.3`` of the ``onednn-cpu-gomp`` wheel); BatchNorm
+and the multi-tensor ops run the library's own kernels. :func:`onednn` says whether that worked;
+``MXNET_AMP_ONEDNN=0`` in the environment keeps it closed (MXNet's own kernels are used then).
 """
 import ctypes
 import functools
@@ -57,7 +57,7 @@ def check_mxnet_version(version: Optional[str] = None) -> None:
         raise ImportError(
             "mxnet.amp supports MXNet %s only (the mxnet or mxnet-cu1xx %s wheels, or a %s source build); "
             "installed: MXNet %s (%s) at %s" % (SUPPORTED_MXNET, SUPPORTED_MXNET, SUPPORTED_MXNET, version,
-                                                 _mxnet_distribution(), os.path.dirname(mx.__file__)))
+                                                _mxnet_distribution(), os.path.dirname(mx.__file__)))
 
 
 check_mxnet_version()

@@ -316,7 +316,7 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
         for op in ops or ():
             if named.get(op, name) != name:
                 raise OverrideError("Operator %r is named in both %s and %s; each op may be overridden once"
-                                 % (op, named[op], name))
+                                    % (op, named[op], name))
             named[op] = name
     if not replace_widest:
         for name in (where, "fp32_ops"):

@@ -162,4 +162,3 @@ class CastBuilder:
         for k, i in enumerate(floats):
             routed[i] = (nid, k)
         return routed
-

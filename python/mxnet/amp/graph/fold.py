@@ -55,7 +55,7 @@ def fold_batchnorm(sym, arg_params, aux_params, keep=()):
     for nid, idx, _ in graph["heads"]:
         readers.setdefault((nid, idx), []).append(None)
     folds = {bn: conv for conv, bn in (_foldable(nodes, bn, readers, params, set(keep))
-                                        for bn in range(len(nodes))) if conv is not None}
+                                       for bn in range(len(nodes))) if conv is not None}
     if not folds:
         return sym, arg_params, aux_params
     taken = {n["name"] for n in nodes}

@@ -34,7 +34,6 @@ def infer_entry_dtypes(graph: dict, var_dtypes: Mapping[str, Any]) -> Dict[Entry
     return {entry: dtype_name(t) for entry, t in zip(wanted, out_types)}
 
 
-
 def lp_input_dtypes(node: dict, target: str) -> List[Optional[str]]:
     """Return the dtype each input of op ``node`` wants when the op runs in ``target`` (None: not known).
 
@@ -89,4 +88,3 @@ def _output_dtypes(key, dtypes):
     sym = _probe(key, dtypes) if dtypes else None
     outs = sym.infer_type_partial()[1] if sym is not None else None
     return tuple(dtype_name(d) for d in (outs or ()))
-

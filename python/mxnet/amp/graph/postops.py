@@ -114,7 +114,6 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
     return dict(graph, nodes=nodes)
 
 
-
 def drop_noop_casts(graph: dict, var_dtypes: Mapping[str, Any], stats: RewriteStats) -> dict:
     """Remove casts whose input already has the wanted dtype, using exact type inference on ``graph``."""
     dtypes = infer_entry_dtypes(graph, var_dtypes)
@@ -128,4 +127,3 @@ def drop_noop_casts(graph: dict, var_dtypes: Mapping[str, Any], stats: RewriteSt
             alias.update({(nid, k): tuple(e[:2]) for k, e in enumerate(node["inputs"])})
             stats.multicasts -= 1
     return compact(graph, {nid for nid, _ in alias}, alias) if alias else graph
-

@@ -173,7 +173,6 @@ def _block_from_graph(names, dtypes, out, params, ctx, options, layout, shapes, 
     return net
 
 
-
 def block_graph(block: HybridBlock, data: Sequence[Any]
                 ) -> Tuple[List[mx.sym.Symbol], mx.sym.Symbol, Dict[str, mx.nd.NDArray]]:
     """Return ``(input symbols, output symbol, {name: NDArray})`` of a HybridBlock run on ``data``.

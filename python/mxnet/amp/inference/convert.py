@@ -136,8 +136,7 @@ def _emulation_warning(dtype, device_type):
             "the converted model emulates its low precision ops: float32 kernels on values rounded to %s: %s "
             "numerics, no low precision arithmetic. Pass emulate=False to build the native graph for a machine that "
             "has the kernels, or emulate=True to silence this warning." % (dtype, device_type.upper(), dtype,
-                                                                            dtype))
-
+                                                                           dtype))
 
 
 def convert_symbol(sym: mx.sym.Symbol, target_dtype: Any = "float16", target_dtype_ops: Optional[Sequence[str]] = None,
@@ -172,7 +171,6 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: Any = "float16", target_dty
                    cast_params_offline=names["cast_params_offline"], ctx=ctx, fuse=fuse, emulate=emulate,
                    input_names=names["input_names"], extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
                    keep_lp16_outputs=keep_lp16_outputs, kernels=kernels).symbol
-
 
 
 def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_params: Dict[str, mx.nd.NDArray],

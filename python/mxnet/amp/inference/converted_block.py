@@ -110,7 +110,8 @@ class ConvertedBlock(SymbolBlock):
             nested_in, nested_out = inputs, sym
         return cls(nested_out, nested_in)
 
-    def export(self, path: str, epoch: int = 0, remove_amp_cast: bool = False) -> None:  # pylint: disable=arguments-differ
+    def export(self, path: str, epoch: int = 0,  # pylint: disable=arguments-differ
+               remove_amp_cast: bool = False) -> None:
         """Write ``PATH-symbol.json``, ``PATH-EPOCH.params`` and ``PATH-io.json`` (the nesting), each whole or not at
         all. Unlike ``HybridBlock.export`` it needs no call first (MXNet's writes no parameters before one)."""
         sym = self._cached_graph[1]

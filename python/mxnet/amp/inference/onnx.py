@@ -284,4 +284,3 @@ def _float32_heads(gdict, var_dtypes):
         build.add(node, count)
     heads = [build.cast((n, i), "float32") if [n, i, v] in low else (n, i) for n, i, v in gdict["heads"]]
     return build.graph(gdict, heads)
-

@@ -99,8 +99,6 @@ def _read_only_by(sym, names):
             readers[n["name"]] <= set(names)}
 
 
-
-
 def _cast_params_in_graph(gdict, param_names, target, var_dtypes, emulated_storage, device_type):
     """Store parameters that are only read in one low precision dtype in that dtype; drop the casts.
 

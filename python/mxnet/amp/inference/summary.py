@@ -1,4 +1,5 @@
-"""What a conversion returns: the converted model (:class:`Conversion`) and what changed (:class:`ConversionSummary`)."""
+"""What a conversion returns: the converted model (:class:`Conversion`) and what changed
+(:class:`ConversionSummary`)."""
 from dataclasses import dataclass
 from typing import Dict, Tuple
 

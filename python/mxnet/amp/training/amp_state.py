@@ -1,10 +1,10 @@
 """The AMP state that ``init_trainer`` attaches to a ``gluon.Trainer`` or an ``mx.optimizer.Optimizer``.
 
-:mod:`mxnet.amp.training.trainer` (Gluon) and :mod:`mxnet.amp.training.module_api` (Module API) both keep one :class:`AmpState`
-per trainer or optimizer, under the attribute :data:`ATTR`, and both move it through the same :class:`Stage`\\ s.
-Trainers that share one :class:`~mxnet.amp.LossScaler` form a :class:`Group`: the scaler advances
-once every trainer of the group has reported its step (:func:`report_step`), and any overflow among them backs it
-off.
+:mod:`mxnet.amp.training.trainer` (Gluon) and :mod:`mxnet.amp.training.module_api` (Module API) both keep one
+:class:`AmpState` per trainer or optimizer, under the attribute :data:`ATTR`, and both move it through the same
+:class:`Stage`\\ s. Trainers that share one :class:`~mxnet.amp.LossScaler` form a :class:`Group`: the scaler
+advances once every trainer of the group has reported its step (:func:`report_step`), and any overflow among them
+backs it off.
 """
 import enum
 from typing import Any, Union

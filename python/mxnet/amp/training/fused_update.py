@@ -201,10 +201,10 @@ class FusedUpdater:
         if flag.context != ctx:
             flag, scaler_state = flag.as_in_context(ctx), scaler_state.as_in_context(ctx)
         return ops.multi_update(self.rule, arrays, flag, scaler_state, lrs, wds, etas,
-                                 rescale_grad=optimizer.rescale_grad, clip_gradient=optimizer.clip_gradient,
-                                 momentum=getattr(optimizer, "momentum", 0.0),
-                                 beta1=getattr(optimizer, "beta1", 0.9), beta2=getattr(optimizer, "beta2", 0.999),
-                                 epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master)
+                                rescale_grad=optimizer.rescale_grad, clip_gradient=optimizer.clip_gradient,
+                                momentum=getattr(optimizer, "momentum", 0.0),
+                                beta1=getattr(optimizer, "beta1", 0.9), beta2=getattr(optimizer, "beta2", 0.999),
+                                epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master)
 
     def _states(self, state, master):
         """The state arrays of one parameter in ``amp_multi_update`` order (master weights last)."""

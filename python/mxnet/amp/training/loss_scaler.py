@@ -212,4 +212,3 @@ class LossScaler:
     def __repr__(self):
         kind = "dynamic" if self._config.dynamic else "static"
         return "LossScaler(%s, scale=%g, steps=%d, skipped=%d)" % (kind, self.scale, self.steps, self.skipped_steps)
-

@@ -12,17 +12,17 @@ the optimizer given to ``Module.init_optimizer`` gets the same loss scaler and e
 ...     mod.backward(scaled)
 >>> mod.update()                                       # skipped when a gradient is inf/nan
 
-``Module.update`` (so ``BucketingModule.update`` too) checks the module's gradients on every device for
-inf/nan in one fused pass and one host sync before anything changes: when all are finite it updates with
-``1/scale`` folded into the optimizer's ``rescale_grad`` (the scale ``scale_loss`` applied since the last
-update; none when it was not called, as in ``Module.fit``); otherwise it skips the update completely (weights,
-optimizer states and the optimizer's update counters stay as they were). ``Module.update`` and
-``Module.backward`` are wrapped on the first ``init_trainer(optimizer)`` (recorded in
-:data:`~mxnet.amp.base.patches.PATCHES`); modules whose optimizer has no AMP state run exactly as before.
-``amp.reset()`` puts both methods back: an optimizer initialised before the reset then needs ``init_trainer``
-again, and ``scale_loss`` / ``unscale`` refuse it until then (its gradients would otherwise stay scaled). Loss heads whose backward ignores the head gradient (``SoftmaxOutput``,
-``MakeLoss``...) cannot be scaled this way: train them with a static ``LossScaler(init_scale=1)`` (bfloat16's
-default), which keeps the skipping.
+``Module.update`` (so ``BucketingModule.update`` too) checks the module's gradients on every device for inf/nan in
+one fused pass and one host sync before anything changes: when all are finite it updates with ``1/scale`` folded
+into the optimizer's ``rescale_grad`` (the scale ``scale_loss`` applied since the last update; none when it was not
+called, as in ``Module.fit``); otherwise it skips the update completely (weights, optimizer states and the
+optimizer's update counters stay as they were). ``Module.update`` and ``Module.backward`` are wrapped on the first
+``init_trainer(optimizer)`` (recorded in :data:`~mxnet.amp.base.patches.PATCHES`); modules whose optimizer has no
+AMP state run exactly as before. ``amp.reset()`` puts both methods back: an optimizer initialised before the reset
+then needs ``init_trainer`` again, and ``scale_loss`` / ``unscale`` refuse it until then (its gradients would
+otherwise stay scaled). Loss heads whose backward ignores the head gradient (``SoftmaxOutput``, ``MakeLoss``...)
+cannot be scaled this way: train them with a static ``LossScaler(init_scale=1)`` (bfloat16's default), which keeps
+the skipping.
 
 ``amp.load_states(mod, fname)`` is ``Module.load_optimizer_states(fname)`` without ``pickle``: the states, read by
 the allow-listed reader of :mod:`.updater_states`, go to :func:`module_updater`.
