@@ -5,7 +5,7 @@ paths fail or crash on CPUs without AVX-512, and a crash must not end the benchm
 - fp32:          the float32 symbol, plain executor
 - fp32 fused:    the float32 symbol after oneDNN fusion (``optimize_for('MKLDNN')``)
 - contrib bf16:  ``mxnet.contrib.amp.convert_model(..., 'bfloat16')`` (the peer we benchmark against)
-- ours bf16:     ``mxnet.amp.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default):
+- ours bf16:     ``mxnet.amp.inference.convert.convert(..., 'bfloat16', cast_params_offline=True)`` (fused by default):
   the default plan of this CPU class (``mxnet.amp.lists.cpu_class_plan``: emulated on classes a and b, native
   on c and d)
 - ours bf16 unfused: the same with ``fuse=False``
@@ -25,9 +25,9 @@ Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 
 
 ``--record`` writes the ratios of the native and the emulated plan (whichever of ``ours bf16``,
 ``ours bf16 native`` and ``ours bf16 emulate`` ran them) into
-``python/mxnet/amp/cpu_ratios.json`` under this CPU's class (mxnet.amp.cpu), replacing that class's rows of the
-same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote. ``--stand-in b``
-runs every variant as class (b) on a higher-class CPU (oneDNN's ISA caps, ``mxnet.amp.cpu.stand_in_env``);
+``python/mxnet/amp/core/cpu_ratios.json`` under this CPU's class (mxnet.amp.core.cpu), replacing that class's rows
+of the same workloads: the figures ``python -m mxnet.amp hardware`` and the bfloat16 warning quote. ``--stand-in b``
+runs every variant as class (b) on a higher-class CPU (oneDNN's ISA caps, ``mxnet.amp.core.cpu.stand_in_env``);
 with ``--record`` the rows go to that class, marked as a stand-in.
 """
 import argparse
@@ -51,7 +51,8 @@ MODELS = ("resnet50", "transformer")
 WORKLOADS = {"resnet50": "ResNet-50 v1 inference, batch %d, 224x224",
              "transformer": "transformer encoder block inference, %dx128x512"}
 PLANS = {"ours bf16 native": "native", "ours bf16 emulate": "emulated"}
-RATIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "mxnet", "amp", "cpu_ratios.json")
+RATIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "mxnet", "amp", "core",
+                      "cpu_ratios.json")
 
 
 def build(model, batch):

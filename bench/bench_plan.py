@@ -2,10 +2,10 @@
 bf16-rounded values (emulated), the two plans a CPU class's default chooses between.
 
 Each op of the models the other benches time (the matrix products of a BERT-base layer, the attention products,
-ResNet-50's convolutions) runs as a one-op graph converted with ``mxnet.amp.convert.convert(...,
+ResNet-50's convolutions) runs as a one-op graph converted with ``mxnet.amp.inference.convert.convert(...,
 cast_params_offline=True)``, once with ``emulate=False`` and once with ``emulate=True``, alternating in one
 process, best of ``--repeat`` runs after a warm-up; a child process per CPU class: this CPU's own class and
-each lower one it stands in for (``mxnet.amp.cpu.stand_in_env``: oneDNN's ISA caps). Class (a) has no bfloat16
+each lower one it stands in for (``mxnet.amp.core.cpu.stand_in_env``: oneDNN's ISA caps). Class (a) has no bfloat16
 kernels, so it has no native column. The table gives milliseconds per call, the ratio emulated / native (> 1:
 native is faster) and the faster plan; the last column says whether the class's default plan
 (``mxnet.amp.lists.cpu_class_plan``) is the faster one for that op.

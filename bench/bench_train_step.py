@@ -16,7 +16,7 @@ together). Run it on an AVX-512-BF16 CPU and elsewhere to compare.
 Where PyTorch and torchvision import (never a dependency of this project), the same step runs in PyTorch too:
 ``torch_fp32`` and ``torch_bf16`` (``torch.autocast("cpu", torch.bfloat16)``), timed alike (no profile).
 ``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps);
-``--record`` writes ``mxnet.amp``'s ratio into ``python/mxnet/amp/cpu_ratios.json`` (see bench_inference.py).
+``--record`` writes ``mxnet.amp``'s ratio into ``python/mxnet/amp/core/cpu_ratios.json`` (see bench_inference.py).
 
     python bench/bench_train_step.py [--model resnet18|encoder] [--repeats 3] [--steps 5] [--batch 32]
         [--size 64] [--profile] [--record] [--stand-in a|b|c]
@@ -238,7 +238,7 @@ def main():
     parser.add_argument("--child", choices=CONFIGS)
     parser.add_argument("--profile", action="store_true", help="also print a per-step time split")
     parser.add_argument("--record", action="store_true",
-                        help="write mxnet.amp's ratio to fp32 into python/mxnet/amp/cpu_ratios.json for this CPU "
+                        help="write mxnet.amp's ratio to fp32 into python/mxnet/amp/core/cpu_ratios.json for this CPU "
                              "class (the default plan's row of this workload)")
     add_stand_in(parser)
     args = parser.parse_args()

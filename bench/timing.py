@@ -55,7 +55,7 @@ def add_stand_in(parser):
     """Add ``--stand-in CLASS`` to a benchmark's options (see :func:`apply_stand_in`)."""
     parser.add_argument("--stand-in", choices=("a", "b", "c"), metavar="CLASS",
                         help="run as CPU class a, b or c, below this CPU's: oneDNN's ISA caps and "
-                             "MXNET_AMP_CPU_CLASS for this process and its children (mxnet.amp.cpu.stand_in_env)")
+                             "MXNET_AMP_CPU_CLASS for this process and its children (mxnet.amp.core.cpu.stand_in_env)")
 
 
 def apply_stand_in(class_name):
