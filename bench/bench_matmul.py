@@ -38,7 +38,8 @@ ATTENTION_SHAPES = (("BERT", 12, 64), ("block", 8, 64))
 
 class _Matmul(ctypes.Structure):
     _fields_ = ([("ndims", ctypes.c_int), ("a_dtype", ctypes.c_int), ("b_dtype", ctypes.c_int),
-                 ("c_dtype", ctypes.c_int), ("bias_dtype", ctypes.c_int), ("relu", ctypes.c_int)]
+                 ("c_dtype", ctypes.c_int), ("bias_dtype", ctypes.c_int), ("relu", ctypes.c_int),
+                 ("alpha", ctypes.c_float)]
                 + [(n, ctypes.c_int64 * 6) for n in ("a_dims", "a_strides", "b_dims", "b_strides", "c_dims",
                                                      "c_strides")]
                 + [(n, ctypes.c_void_p) for n in ("a", "b", "bias", "c")])
@@ -53,7 +54,7 @@ def direct_matmul(m, k, n):
     rng = np.random.RandomState(0)
     bufs = [(rng.uniform(-1, 1, s).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
             for s in ((m, k), (n, k), (n,), (m, n))]
-    desc = _Matmul(ndims=2, a_dtype=12, b_dtype=12, c_dtype=12, bias_dtype=12)
+    desc = _Matmul(ndims=2, a_dtype=12, b_dtype=12, c_dtype=12, bias_dtype=12, alpha=1.0)
     desc.a_dims[:2], desc.a_strides[:2] = (m, k), (k, 1)
     desc.b_dims[:2], desc.b_strides[:2] = (k, n), (1, k)
     desc.c_dims[:2], desc.c_strides[:2] = (m, n), (n, 1)

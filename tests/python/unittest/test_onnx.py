@@ -101,8 +101,47 @@ class _Encoder(HybridBlock):
         return self.ln2(x + self.ffn2(self.ffn1(x)))
 
 
+class _InterleavedEncoder(HybridBlock):
+    """GluonNLP's BERT layer layout: (T, B, C) data, one interleaved projection, MXNet's interleaved attention
+    products (the library's amp_selfatt_* on bfloat16 CPUs), GELU."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.qkv = nn.Dense(48, flatten=False)
+            self.proj = nn.Dense(16, flatten=False)
+            self.ln1 = nn.LayerNorm()
+            self.ffn1 = nn.Dense(32, flatten=False)
+            self.ffn2 = nn.Dense(16, flatten=False)
+            self.ln2 = nn.LayerNorm()
+
+    def hybrid_forward(self, F, x):
+        qkv = self.qkv(x)
+        att = F.softmax(F.contrib.interleaved_matmul_selfatt_qk(qkv, heads=2), axis=-1)
+        x = self.ln1(x + self.proj(F.contrib.interleaved_matmul_selfatt_valatt(qkv, att, heads=2)))
+        return self.ln2(x + self.ffn2(F.LeakyReLU(self.ffn1(x), act_type="gelu")))
+
+
+class _EncoderDecoderAttention(HybridBlock):
+    """GluonNLP's encoder-decoder attention: queries from (Tq, B, C) data, keys and values interleaved from a
+    shorter (Tk, B, C) memory (here the data's first 3 steps)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.q = nn.Dense(16, flatten=False)
+            self.kv = nn.Dense(32, flatten=False)
+            self.proj = nn.Dense(16, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        q, kv = self.q(x), self.kv(F.slice_axis(x, axis=0, begin=0, end=3))
+        att = F.softmax(F.contrib.interleaved_matmul_encdec_qk(q, kv, heads=2), axis=-1)
+        return self.proj(F.contrib.interleaved_matmul_encdec_valatt(kv, att, heads=2))
+
+
 MODELS = {"cnn_bn": (_CNN, (2, 3, 8, 8)), "mobilenet": (_MobileNet, (2, 3, 16, 16)),
-          "mlp": (_MLP, (4, 20)), "transformer": (_Encoder, (2, 5, 16))}
+          "mlp": (_MLP, (4, 20)), "transformer": (_Encoder, (2, 5, 16)), "bert_layer": (_InterleavedEncoder, (5, 2, 16)),
+          "encdec_attention": (_EncoderDecoderAttention, (5, 2, 16))}
 
 
 def _model(name):

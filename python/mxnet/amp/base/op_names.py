@@ -13,8 +13,10 @@ MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_upda
 #: BatchNorm on float32, float16 or bfloat16 data with float32 parameters and statistics.
 BATCH_NORM_OPS = ("amp_batch_norm",)
 
-#: The oneDNN 3 matrix products and convolutions (float32 or bfloat16 operands; need libmxnet_amp_onednn.so).
-MATMUL_OPS = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_fully_connected", "amp_matmul")
+#: The oneDNN 3 matrix products and convolutions (float32 or bfloat16 operands; need libmxnet_amp_onednn.so),
+#: the interleaved attention products among them.
+MATMUL_OPS = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_encdec_qk", "amp_encdec_valatt",
+              "amp_fully_connected", "amp_matmul", "amp_selfatt_qk", "amp_selfatt_valatt")
 
 #: Every op of the library.
 ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS

@@ -107,7 +107,11 @@ def export_onnx(model: Union[mx.sym.Symbol, HybridBlock],
 
 #: This project's oneDNN 3 ops and the MXNet ops they replace (which MXNet's exporter converts).
 _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_dot",
-              "amp_convolution": "Convolution", "amp_deconvolution": "Deconvolution"}
+              "amp_convolution": "Convolution", "amp_deconvolution": "Deconvolution",
+              "amp_selfatt_qk": "_contrib_interleaved_matmul_selfatt_qk",
+              "amp_selfatt_valatt": "_contrib_interleaved_matmul_selfatt_valatt",
+              "amp_encdec_qk": "_contrib_interleaved_matmul_encdec_qk",
+              "amp_encdec_valatt": "_contrib_interleaved_matmul_encdec_valatt"}
 
 
 def _mxnet_kernels(gdict):

@@ -58,7 +58,8 @@ NATIVE_LP16 = {"cpu": g.MATMUL + g.ONEDNN_FUSED + g.PROJECT_MATMUL, "gpu": ()}
 # type. The rewriter uses them where the device runs bfloat16 natively and the library's oneDNN 3 is loaded
 # (policy kernels="auto"; kernels="mxnet" keeps MXNet's): oneDNN 3 uses AMX and AVX512-BF16, MXNet 1.9.1's
 # oneDNN 2.4 bf16 FullyConnected and Convolution run slower than their float32 ones on AMX Xeons, and MXNet
-# has no bf16 batch_dot or matmul at all (bench/bench_matmul.py, bench/bench_conv.py).
+# has no bf16 batch_dot, matmul or interleaved attention product at all (bench/bench_matmul.py,
+# bench/bench_conv.py).
 LIBRARY_KERNELS = {
     "cpu": {
         "FullyConnected": "amp_fully_connected",
@@ -70,6 +71,10 @@ LIBRARY_KERNELS = {
         "_npx_convolution": "amp_convolution",
         "Deconvolution": "amp_deconvolution",
         "_npx_deconvolution": "amp_deconvolution",
+        "_contrib_interleaved_matmul_selfatt_qk": "amp_selfatt_qk",
+        "_contrib_interleaved_matmul_selfatt_valatt": "amp_selfatt_valatt",
+        "_contrib_interleaved_matmul_encdec_qk": "amp_encdec_qk",
+        "_contrib_interleaved_matmul_encdec_valatt": "amp_encdec_valatt",
     },
     "gpu": {},
 }

@@ -25,12 +25,13 @@ extern "C" {
  * Operands have ndims dimensions: batch dimensions, then rows and columns (A: M x K, B: K x N, C: M x N).
  * A batch dimension of A or B may be 1 where C's is larger (broadcast). Strides are in elements, any
  * order (a transposed operand is a view with swapped strides). dtypes are MXNet type codes: 0 float32,
- * 12 bfloat16. bias (N values, contiguous) is added to every row when bias_dtype >= 0; relu != 0 applies
- * max(0, .) to the result (a fused activation).
+ * 12 bfloat16. bias (N values, contiguous) is added to every row when bias_dtype >= 0; alpha scales the
+ * product (1: none; not with a bias); relu != 0 applies max(0, .) last (a fused activation).
  */
 typedef struct AmpMatmul {
   int ndims;
   int a_dtype, b_dtype, c_dtype, bias_dtype, relu;
+  float alpha;
   int64_t a_dims[AMP_MATMUL_MAX_DIMS], a_strides[AMP_MATMUL_MAX_DIMS];
   int64_t b_dims[AMP_MATMUL_MAX_DIMS], b_strides[AMP_MATMUL_MAX_DIMS];
   int64_t c_dims[AMP_MATMUL_MAX_DIMS], c_strides[AMP_MATMUL_MAX_DIMS];

@@ -8,6 +8,7 @@
  * extension ops plain arrays, and oneDNN's matmul packs the weights internally as it goes. Threads, the
  * primitive cache and scratch memory: common.h.
  */
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -32,7 +33,9 @@ memory::desc strided_desc(int ndims, const int64_t* dims, const int64_t* strides
 
 // The problem without its data pointers: the cache key.
 std::string problem_key(const AmpMatmul& m) {
-  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.relu};
+  int32_t alpha_bits;
+  std::memcpy(&alpha_bits, &m.alpha, sizeof(alpha_bits));
+  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.relu, alpha_bits};
   for (const int64_t* v : {m.a_dims, m.a_strides, m.b_dims, m.b_strides, m.c_dims, m.c_strides}) {
     k.insert(k.end(), v, v + m.ndims);
   }
@@ -49,9 +52,11 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
   entry->c = strided_desc(m.ndims, m.c_dims, m.c_strides, tc);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (m.relu) {
+  if (m.alpha != 1.f && m.bias_dtype >= 0) throw std::invalid_argument("alpha and a bias are not supported together");
+  if (m.relu || m.alpha != 1.f) {
     dnnl::post_ops ops;
-    ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    if (m.alpha != 1.f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, m.alpha, 0.f);
+    if (m.relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
     attr.set_post_ops(ops);
   }
   dnnl::matmul::primitive_desc pd;

@@ -26,7 +26,6 @@ namespace {
 constexpr char kFC[] = "amp_fully_connected";
 constexpr char kBatchDot[] = "amp_batch_dot";
 constexpr char kMatmul[] = "amp_matmul";
-constexpr int kMaxDims = AMP_MATMUL_MAX_DIMS;
 
 // ---- attributes -----------------------------------------------------------------------------------
 
@@ -58,89 +57,6 @@ bool parse_dot(const char* op, const Attrs& attrs, DotParams* p) {
   return parse_bool(op, attrs, "transpose_a", false, &p->transpose_a) &&
          parse_bool(op, attrs, "transpose_b", false, &p->transpose_b) &&
          parse_out_dtype(op, attrs, &p->out_dtype);
-}
-
-// ---- strided views and the one product call ------------------------------------------------------
-
-// A tensor seen as (batch..., rows, cols) with strides in elements.
-struct View {
-  void* ptr = nullptr;
-  int dtype = kFloat32;
-  int nb = 0;  // batch dimensions
-  int64_t dims[kMaxDims] = {};
-  int64_t strides[kMaxDims] = {};
-
-  int64_t rows() const { return dims[nb]; }
-  int64_t cols() const { return dims[nb + 1]; }
-  View t() const {
-    View v = *this;
-    std::swap(v.dims[nb], v.dims[nb + 1]);
-    std::swap(v.strides[nb], v.strides[nb + 1]);
-    return v;
-  }
-  int64_t batch_size() const {
-    int64_t n = 1;
-    for (int i = 0; i < nb; ++i) n *= dims[i];
-    return n;
-  }
-};
-
-// Row-major view of a contiguous tensor of shape dims (batch dims first, then rows and cols).
-View contiguous(void* ptr, int dtype, const std::vector<int64_t>& dims) {
-  View v;
-  v.ptr = ptr;
-  v.dtype = dtype;
-  v.nb = static_cast<int>(dims.size()) - 2;
-  int64_t stride = 1;
-  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
-    v.dims[i] = dims[i];
-    v.strides[i] = stride;
-    stride *= dims[i];
-  }
-  return v;
-}
-
-View with_ptr(View v, void* ptr, int dtype) {
-  v.ptr = ptr;
-  v.dtype = dtype;
-  return v;
-}
-
-AmpMatmulFn backend(const char* op) {
-  AmpMatmulFn fn = onednn_matmul();
-  if (fn == nullptr) MX_ERROR_MSG << op << ": oneDNN 3 kernels unavailable: " << onednn_info();
-  return fn;
-}
-
-// c = a b (+ bias) (then max(0, c) with relu), one oneDNN matmul.
-bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias = nullptr,
-          int bias_dtype = -1, bool relu = false) {
-  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), nullptr, -1, relu);
-  AmpMatmulFn fn = backend(op);
-  if (fn == nullptr) return false;
-  AmpMatmul m;
-  m.ndims = c.nb + 2;
-  m.a_dtype = a.dtype;
-  m.b_dtype = b.dtype;
-  m.c_dtype = c.dtype;
-  m.bias_dtype = bias == nullptr ? -1 : bias_dtype;
-  m.relu = relu ? 1 : 0;
-  std::copy(a.dims, a.dims + kMaxDims, m.a_dims);
-  std::copy(a.strides, a.strides + kMaxDims, m.a_strides);
-  std::copy(b.dims, b.dims + kMaxDims, m.b_dims);
-  std::copy(b.strides, b.strides + kMaxDims, m.b_strides);
-  std::copy(c.dims, c.dims + kMaxDims, m.c_dims);
-  std::copy(c.strides, c.strides + kMaxDims, m.c_strides);
-  m.a = a.ptr;
-  m.b = b.ptr;
-  m.bias = bias;
-  m.c = c.ptr;
-  char error[512] = {0};
-  if (fn(&m, error, sizeof(error)) != 0) {
-    MX_ERROR_MSG << op << ": " << error;
-    return false;
-  }
-  return true;
 }
 
 // ---- amp_fully_connected ----------------------------------------------------------------------------

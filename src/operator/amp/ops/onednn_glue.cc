@@ -3,7 +3,9 @@
  * \brief Helpers shared by the glue of the oneDNN 3 ops.
  */
 #include "onednn_glue.h"
+#include "onednn_loader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -83,6 +85,73 @@ void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* kee
   relu_mask(out, dtype, dy.data_ptr, static_cast<int>(dy.dtype), y.data_ptr, static_cast<int>(y.dtype), dy.size(),
             team.threads());
   return out;
+}
+
+View View::t() const {
+  View v = *this;
+  std::swap(v.dims[nb], v.dims[nb + 1]);
+  std::swap(v.strides[nb], v.strides[nb + 1]);
+  return v;
+}
+
+int64_t View::batch_size() const {
+  int64_t n = 1;
+  for (int i = 0; i < nb; ++i) n *= dims[i];
+  return n;
+}
+
+View contiguous(void* ptr, int dtype, const std::vector<int64_t>& dims) {
+  View v;
+  v.ptr = ptr;
+  v.dtype = dtype;
+  v.nb = static_cast<int>(dims.size()) - 2;
+  int64_t stride = 1;
+  for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+    v.dims[i] = dims[i];
+    v.strides[i] = stride;
+    stride *= dims[i];
+  }
+  return v;
+}
+
+View with_ptr(View v, void* ptr, int dtype) {
+  v.ptr = ptr;
+  v.dtype = dtype;
+  return v;
+}
+
+bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias, int bias_dtype,
+          bool relu, float alpha) {
+  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), nullptr, -1, relu, alpha);
+  AmpMatmulFn fn = onednn_matmul();
+  if (fn == nullptr) {
+    MX_ERROR_MSG << op << ": oneDNN 3 kernels unavailable: " << onednn_info();
+    return false;
+  }
+  AmpMatmul m;
+  m.ndims = c.nb + 2;
+  m.a_dtype = a.dtype;
+  m.b_dtype = b.dtype;
+  m.c_dtype = c.dtype;
+  m.bias_dtype = bias == nullptr ? -1 : bias_dtype;
+  m.relu = relu ? 1 : 0;
+  m.alpha = alpha;
+  std::copy(a.dims, a.dims + kMaxDims, m.a_dims);
+  std::copy(a.strides, a.strides + kMaxDims, m.a_strides);
+  std::copy(b.dims, b.dims + kMaxDims, m.b_dims);
+  std::copy(b.strides, b.strides + kMaxDims, m.b_strides);
+  std::copy(c.dims, c.dims + kMaxDims, m.c_dims);
+  std::copy(c.strides, c.strides + kMaxDims, m.c_strides);
+  m.a = a.ptr;
+  m.b = b.ptr;
+  m.bias = bias;
+  m.c = c.ptr;
+  char error[512] = {0};
+  if (fn(&m, error, sizeof(error)) != 0) {
+    MX_ERROR_MSG << op << ": " << error;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace mxnet_amp

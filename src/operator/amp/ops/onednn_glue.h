@@ -12,6 +12,7 @@
 
 #include "../kernels/tensor_math.h"
 #include "../kernels/team.h"
+#include "../onednn/api.h"
 #include "glue.h"
 
 namespace mxnet_amp {
@@ -42,6 +43,37 @@ void* in_dtype(const MXTensor& t, int dtype, Scratch* keep);
 
 /*! \brief dy where y > 0, else 0, in dtype (a scratch copy): the gradient through a fused ReLU. */
 void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep);
+
+/*! \brief Most dimensions of a product operand (batch dimensions, rows, columns). */
+constexpr int kMaxDims = AMP_MATMUL_MAX_DIMS;
+
+/*! \brief A tensor seen as (batch..., rows, cols) with strides in elements: a product operand. */
+struct View {
+  void* ptr = nullptr;
+  int dtype = 0;
+  int nb = 0;  // batch dimensions
+  int64_t dims[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+
+  int64_t rows() const { return dims[nb]; }
+  int64_t cols() const { return dims[nb + 1]; }
+  /*! \brief The transposed view (rows and columns swapped, no copy). */
+  View t() const;
+  int64_t batch_size() const;
+};
+
+/*! \brief Row-major view of a contiguous tensor of shape dims (batch dims first, then rows and cols). */
+View contiguous(void* ptr, int dtype, const std::vector<int64_t>& dims);
+
+/*! \brief v on other data of another dtype. */
+View with_ptr(View v, void* ptr, int dtype);
+
+/*!
+ * \brief c = alpha a b (+ bias) (then max(0, c) with relu): one oneDNN 3 matmul of strided views, float32
+ *        accumulation; false with the error reported (naming op) when it fails.
+ */
+bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias = nullptr,
+          int bias_dtype = -1, bool relu = false, float alpha = 1.f);
 
 }  // namespace mxnet_amp
 
