@@ -140,8 +140,8 @@ class _EncoderDecoderAttention(HybridBlock):
 
 
 MODELS = {"cnn_bn": (_CNN, (2, 3, 8, 8)), "mobilenet": (_MobileNet, (2, 3, 16, 16)),
-          "mlp": (_MLP, (4, 20)), "transformer": (_Encoder, (2, 5, 16)), "bert_layer": (_InterleavedEncoder, (5, 2, 16)),
-          "encdec_attention": (_EncoderDecoderAttention, (5, 2, 16))}
+          "mlp": (_MLP, (4, 20)), "transformer": (_Encoder, (2, 5, 16)),
+          "bert_layer": (_InterleavedEncoder, (5, 2, 16)), "encdec_attention": (_EncoderDecoderAttention, (5, 2, 16))}
 
 
 def _model(name):
