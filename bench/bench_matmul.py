@@ -38,11 +38,11 @@ ATTENTION_SHAPES = (("BERT", 12, 64), ("block", 8, 64))
 
 class _Matmul(ctypes.Structure):
     _fields_ = ([("ndims", ctypes.c_int), ("a_dtype", ctypes.c_int), ("b_dtype", ctypes.c_int),
-                 ("c_dtype", ctypes.c_int), ("bias_dtype", ctypes.c_int), ("relu", ctypes.c_int),
+                 ("c_dtype", ctypes.c_int), ("bias_dtype", ctypes.c_int), ("act", ctypes.c_int),
                  ("alpha", ctypes.c_float)]
                 + [(n, ctypes.c_int64 * 6) for n in ("a_dims", "a_strides", "b_dims", "b_strides", "c_dims",
                                                      "c_strides")]
-                + [(n, ctypes.c_void_p) for n in ("a", "b", "bias", "c")])
+                + [(n, ctypes.c_void_p) for n in ("a", "b", "bias", "addend", "c")])
 
 
 def direct_matmul(m, k, n):

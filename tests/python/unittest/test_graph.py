@@ -11,7 +11,7 @@ from mxnet.amp.core.policy import EMULATED, FLOAT32, FP32, LP16, NATIVE, NEUTRAL
 from mxnet.amp.graph.builder import CastBuilder
 from mxnet.amp.graph.infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from mxnet.amp.graph.plan import plan_node
-from mxnet.amp.graph.postops import drop_noop_casts, float32_library_outputs, fuse_relu, fuse_sum
+from mxnet.amp.graph.postops import drop_noop_casts, float32_library_outputs, fuse_activation, fuse_sum
 from mxnet.amp.graph.builder import RewriteStats
 from mxnet.amp.graph.rewrite import rewrite_graph, rewrite_symbol, route_library_kernels
 from mxnet.amp.graph.symbol_json import (assemble, compact, drop_rounding, entry_uses, is_mode_node, num_outputs,
@@ -191,9 +191,9 @@ def _library_graph(extra):
 
 
 def test_relu_after_a_product_becomes_its_post_op_only_when_it_is_the_sole_reader():
-    fused = fuse_relu(_library_graph(lambda y: mx.sym.Activation(y, act_type="relu")))
+    fused = fuse_activation(_library_graph(lambda y: mx.sym.Activation(y, act_type="relu")))
     assert _ops(fused) == ["null", "null", "amp_fully_connected"] and fused["nodes"][-1]["attrs"]["act_type"] == "relu"
-    kept = fuse_relu(_library_graph(lambda y: mx.sym.Group([mx.sym.Activation(y, act_type="relu"), y])))
+    kept = fuse_activation(_library_graph(lambda y: mx.sym.Group([mx.sym.Activation(y, act_type="relu"), y])))
     assert "Activation" in _ops(kept)
 
 
@@ -204,6 +204,20 @@ def test_residual_sum_becomes_the_convolution_with_sum():
     fused = fuse_sum(graph, {"x": np.float32, "w": np.float32})
     conv = fused["nodes"][-1]
     assert conv["op"] == "amp_convolution" and conv["attrs"]["with_sum"] == "True" and len(conv["inputs"]) == 3
+
+
+def test_residual_sum_and_gelu_fuse_into_the_fully_connected_layer():
+    x, w = mx.sym.var("x"), mx.sym.var("w")
+    fc = mx.sym.amp_fully_connected(x, w, num_hidden=4, no_bias=True, flatten=False, name="fc")
+    fused = fuse_sum(to_graph(mx.sym.elemwise_add(fc, x)), {"x": np.float32, "w": np.float32})
+    node = fused["nodes"][-1]
+    assert node["op"] == "amp_fully_connected" and node["attrs"]["with_sum"] == "True" and len(node["inputs"]) == 3
+    gelu = fuse_activation(_library_graph(lambda y: mx.sym.LeakyReLU(y, act_type="gelu")))
+    assert _ops(gelu) == ["null", "null", "amp_fully_connected"] and gelu["nodes"][-1]["attrs"]["act_type"] == "gelu"
+    # a convolution has no GELU post-op here; a leaky ReLU is no GELU
+    c = mx.sym.amp_convolution(x, w, kernel=(1, 1), num_filter=2, no_bias=True)
+    assert "LeakyReLU" in _ops(fuse_activation(to_graph(mx.sym.LeakyReLU(c, act_type="gelu"))))
+    assert "LeakyReLU" in _ops(fuse_activation(_library_graph(lambda y: mx.sym.LeakyReLU(y, act_type="leaky"))))
 
 
 def test_products_read_only_as_float32_write_float32(monkeypatch):

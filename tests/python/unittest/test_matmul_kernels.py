@@ -8,6 +8,7 @@ to float32 rounding) and against MXNet's float32 kernels. Routing tests check gr
 the fallback without oneDNN 3 runs in a subprocess with ``MXNET_AMP_ONEDNN=0``.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,8 +25,8 @@ from mxnet.amp.graph.rewrite import rewrite_symbol
 from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import FLOAT32, KERNELS, NATIVE, make_policy
 
-from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,
-                         central_differences, requires_onednn3, requires_onednn3_bf16)
+from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_DTYPES, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated,
+                         bf16_round, central_differences, requires_onednn3, requires_onednn3_bf16)
 
 RNG = np.random.RandomState(0)
 
@@ -120,8 +121,63 @@ def test_fused_relu_matches_fully_connected_then_relu():
     for got, want in zip(ours, rounded):
         want = want.grad.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
-    with pytest.raises(mx.base.MXNetError, match="act_type must be relu \\(got 'tanh'\\)"):
+    with pytest.raises(mx.base.MXNetError, match="act_type must be relu or gelu \\(got 'tanh'\\)"):
         mx.nd.amp_fully_connected(_bf16(x), _bf16(w), num_hidden=33, no_bias=True, act_type="tanh").wait_to_read()
+
+
+def _gelu(z):
+    """GELU (erf), as MXNet's LeakyReLU(act_type='gelu'), in float64."""
+    return 0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+
+
+@requires_onednn3
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+@pytest.mark.parametrize("k", [1, 129])
+def test_fused_residual_sum_and_activation_match_numpy(dtype, act, k):
+    """y = act(x w^T + b + addend), the activation on the float32 accumulator before the output's rounding."""
+    x, w, b, addend = _values(7, 3, k), _values(33, k), _values(33), _values(7, 3, 33)
+    lp = (lambda v: _bf16(v)) if dtype == "bfloat16" else mx.nd.array
+    rounded = bf16_round if dtype == "bfloat16" else (lambda v: v)
+    attrs = dict(num_hidden=33, flatten=False, with_sum=True, out_dtype="float32",
+                 **({"act_type": act} if act else {}))
+    y = mx.nd.amp_fully_connected(lp(x), lp(w), lp(b), mx.nd.array(addend), **attrs)
+    x2, w2 = rounded(x).reshape(-1, k).astype(np.float64), rounded(w).astype(np.float64)
+    z = (x2 @ w2.T + rounded(b) + addend.reshape(-1, 33)).reshape(7, 3, 33)
+    ref = {None: z, "relu": np.maximum(z, 0), "gelu": _gelu(z) if act == "gelu" else None}[act]
+    magnitude = (np.abs(x2) @ np.abs(w2).T).reshape(7, 3, 33) + np.abs(b) + np.abs(addend)
+    assert_accumulated(y.asnumpy(), ref, magnitude, k, "float32")
+    with pytest.raises(mx.base.MXNetError, match="the addend has dtype float32; it must have the output's, "
+                                                 "bfloat16"):
+        mx.nd.amp_fully_connected(_bf16(x), _bf16(w), _bf16(b), mx.nd.array(addend), num_hidden=33, flatten=False,
+                                  with_sum=True).wait_to_read()
+
+
+@requires_onednn3
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_fused_residual_sum_gradients_match_mxnet(act):
+    x, w, b, addend, head = _values(5, 9), _values(4, 9), _values(4), _values(5, 4), _values(5, 4)
+    attrs = dict(num_hidden=4, with_sum=True, **({"act_type": act} if act else {}))
+    _, ours = _grads(mx.nd.amp_fully_connected, [mx.nd.array(v) for v in (x, w, b, addend)], mx.nd.array(head),
+                     **attrs)
+    arrays = [mx.nd.array(v) for v in (x, w, b, addend)]
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        y = mx.nd.FullyConnected(*arrays[:3], num_hidden=4) + arrays[3]
+        y = mx.nd.relu(y) if act else y
+    y.backward(mx.nd.array(head))
+    for i, (got, want) in enumerate(zip(ours, arrays)):
+        np.testing.assert_allclose(got.asnumpy(), want.grad.asnumpy(), rtol=1e-5, atol=1e-6, err_msg="input %d" % i)
+
+
+@requires_onednn3
+def test_fused_gelu_refuses_a_gradient_with_a_clear_error():
+    arrays = [mx.nd.array(_values(5, 9)), mx.nd.array(_values(4, 9))]
+    with pytest.raises(mx.base.MXNetError, match="act_type gelu is fused into inference graphs only; it has no "
+                                                 "gradient"):
+        _grads(mx.nd.amp_fully_connected, arrays, mx.nd.ones((5, 4)), num_hidden=4, no_bias=True, act_type="gelu")
+        arrays[0].grad.wait_to_read()
 
 
 @requires_onednn3
@@ -344,6 +400,29 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
 
 @requires_onednn3
 @requires_onednn3_bf16
+def test_inference_graphs_fuse_gelu_and_the_residual_sum(monkeypatch):
+    """A transformer feed-forward block: Dense -> GELU -> Dense -> + x. Converted, the first product carries the
+    GELU and the second the residual sum; amp.init (training) graphs keep both ops."""
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    x = mx.sym.var("data")
+    h = mx.sym.LeakyReLU(mx.sym.FullyConnected(x, num_hidden=32, flatten=False, name="ffn1"), act_type="gelu")
+    sym = mx.sym.elemwise_add(mx.sym.FullyConnected(h, num_hidden=16, flatten=False, name="ffn2"), x)
+    params = _params(sym, data=(5, 3, 16))
+    out = C.convert(sym, params, None, "bfloat16", fuse=False)
+    nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
+    assert not {"LeakyReLU", "elemwise_add"} & {n["op"] for n in nodes}
+    ffn1, ffn2 = (next(n for n in nodes if n["name"] == name) for name in ("ffn1", "ffn2"))
+    assert ffn1["attrs"]["act_type"] == "gelu" and ffn2["attrs"]["with_sum"] == "True"
+    train, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
+    assert {"LeakyReLU", "elemwise_add"} <= set(_ops(train))
+    data = mx.nd.array(_values(5, 3, 16))
+    got = out.symbol.eval(ctx=mx.cpu(), data=data, **params)[0].asnumpy()
+    want = sym.eval(ctx=mx.cpu(), data=data, **params)[0].asnumpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2 ** -6 * np.abs(want).max())
+
+
+@requires_onednn3
+@requires_onednn3_bf16
 def test_conversion_summary_names_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     params = _params(_attention_symbol(), data=(2, 3, 6))
@@ -461,7 +540,7 @@ def test_without_onednn3_the_ops_fall_back_to_mxnet_kernels():
     assert "FullyConnected" in result["ops"] and "batch_dot" in result["ops"]
     assert not set(result["ops"]) & set(library.ONEDNN_OPS)
     assert "oneDNN 3 kernels unavailable: disabled by MXNET_AMP_ONEDNN=0" in result["error"]
-    lines = [l for l in stderr.splitlines() if "matrix-product kernels are unavailable" in l]
+    lines = [line for line in stderr.splitlines() if "matrix-product kernels are unavailable" in line]
     assert len(lines) == 1 and "disabled by MXNET_AMP_ONEDNN=0" in lines[0]  # one clear line, once
     assert not any("libdnnl" in lib for lib in result["libs"])
 

@@ -1,6 +1,6 @@
 """Passes over a rewritten graph: casts that type inference proves no-ops go, library products write float32
-where only float32 is read, and in inference graphs ReLUs and residual sums become the products' oneDNN
-post-ops."""
+where only float32 is read, and in inference graphs activations (ReLU, GELU) and residual sums become the
+products' oneDNN post-ops."""
 import functools
 import itertools
 from typing import Any, Mapping
@@ -11,19 +11,23 @@ from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
 
-__all__ = ["fuse_sum", "fuse_relu", "float32_library_outputs", "drop_noop_casts"]
+__all__ = ["fuse_sum", "fuse_activation", "float32_library_outputs", "drop_noop_casts"]
 
-#: Library kernels with a fused ReLU (``act_type="relu"``), and those with a fused residual sum (``with_sum``).
-_RELU_FUSING = frozenset({"amp_fully_connected", "amp_convolution"})
-_SUM_FUSING = frozenset({"amp_convolution"})
+#: Library kernels -> the activations they fuse (``act_type``), and those with a fused residual sum (``with_sum``).
+_ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu"})}
+_SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected"})
+#: (op, act_type) of the activation nodes that fuse -> the library's act_type.
+_ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "relu",
+                ("LeakyReLU", "gelu"): "gelu", ("_npx_leaky_relu", "gelu"): "gelu"}
 #: Sums of two tensors of one shape (no broadcasting).
 _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
 
 def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
-    """Inference graphs: a same-shape sum that is the sole reader of an ``amp_convolution`` output becomes the
-    convolution's ``with_sum`` input (oneDNN's sum post-op: a ResNet block's residual add costs no pass of
-    its own). The other operand must have the convolution's output dtype and be computed before it."""
+    """Inference graphs: a same-shape sum that is the sole reader of an ``amp_convolution`` or
+    ``amp_fully_connected`` output becomes the product's ``with_sum`` input (a oneDNN post-op: a ResNet block's or
+    a transformer layer's residual add costs no pass of its own). The other operand must have the product's output
+    dtype and be computed before it."""
     if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
         return graph
     uses = entry_uses(graph)
@@ -50,20 +54,22 @@ def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
     return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
 
 
-def fuse_relu(graph: dict) -> dict:
-    """Inference graphs: a ReLU that is the sole reader of a library product's output becomes its
-    ``act_type="relu"`` (a oneDNN post-op: one pass over the output fewer)."""
+def fuse_activation(graph: dict) -> dict:
+    """Inference graphs: a ReLU, or a GELU after a fully connected layer, that is the sole reader of a library
+    product's output becomes its ``act_type`` (a oneDNN post-op, computed on the float32 accumulator before the
+    output is rounded: one pass over the output fewer)."""
     uses = entry_uses(graph)
     alias, fused = {}, {}
     for nid, node in enumerate(graph["nodes"]):
-        if node["op"] != "Activation" or node.get("attrs", {}).get("act_type") != "relu":
+        act = _ACTIVATIONS.get((node["op"], node.get("attrs", {}).get("act_type")))
+        if act is None:
             continue
         src, idx, _ = node["inputs"][0]
         product = graph["nodes"][src]
-        if (product["op"] in _RELU_FUSING and "act_type" not in product.get("attrs", {})
+        if (act in _ACT_FUSING.get(product["op"], ()) and "act_type" not in product.get("attrs", {})
                 and uses[(src, idx)] == 1):
             alias[(nid, 0)] = (src, idx)
-            fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type="relu"))
+            fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type=act))
     if not alias:
         return graph
     nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]

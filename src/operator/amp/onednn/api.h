@@ -19,6 +19,13 @@ extern "C" {
 /*! \brief Most dimensions of an operand: batch dimensions (broadcast like NumPy) plus rows and columns. */
 #define AMP_MATMUL_MAX_DIMS 6
 
+/*! \brief The activation an AmpMatmul applies last (AmpMatmul.act). */
+enum AmpActivation {
+  AMP_ACT_NONE = 0,
+  AMP_ACT_RELU = 1, /*!< max(0, x) */
+  AMP_ACT_GELU = 2  /*!< x Phi(x), Phi the normal distribution function (erf; MXNet's LeakyReLU gelu) */
+};
+
 /*!
  * \brief One product C = A B (+ bias) of plain strided tensors, computed with float32 accumulation.
  *
@@ -26,11 +33,12 @@ extern "C" {
  * A batch dimension of A or B may be 1 where C's is larger (broadcast). Strides are in elements, any
  * order (a transposed operand is a view with swapped strides). dtypes are MXNet type codes: 0 float32,
  * 12 bfloat16. bias (N values, contiguous) is added to every row when bias_dtype >= 0; alpha scales the
- * product (1: none; not with a bias); relu != 0 applies max(0, .) last (a fused activation).
+ * product (1: none; not with a bias); addend (not NULL: C's dtype and strides) is added next (a fused residual
+ * sum), and act (an AmpActivation) is applied last.
  */
 typedef struct AmpMatmul {
   int ndims;
-  int a_dtype, b_dtype, c_dtype, bias_dtype, relu;
+  int a_dtype, b_dtype, c_dtype, bias_dtype, act;
   float alpha;
   int64_t a_dims[AMP_MATMUL_MAX_DIMS], a_strides[AMP_MATMUL_MAX_DIMS];
   int64_t b_dims[AMP_MATMUL_MAX_DIMS], b_strides[AMP_MATMUL_MAX_DIMS];
@@ -38,6 +46,7 @@ typedef struct AmpMatmul {
   const void* a;
   const void* b;
   const void* bias;
+  const void* addend;
   void* c;
 } AmpMatmul;
 

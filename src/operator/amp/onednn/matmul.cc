@@ -35,7 +35,8 @@ memory::desc strided_desc(int ndims, const int64_t* dims, const int64_t* strides
 std::string problem_key(const AmpMatmul& m) {
   int32_t alpha_bits;
   std::memcpy(&alpha_bits, &m.alpha, sizeof(alpha_bits));
-  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.relu, alpha_bits};
+  std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.act, alpha_bits,
+                            m.addend != nullptr};
   for (const int64_t* v : {m.a_dims, m.a_strides, m.b_dims, m.b_strides, m.c_dims, m.c_strides}) {
     k.insert(k.end(), v, v + m.ndims);
   }
@@ -53,12 +54,16 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (m.alpha != 1.f && m.bias_dtype >= 0) throw std::invalid_argument("alpha and a bias are not supported together");
-  if (m.relu || m.alpha != 1.f) {
-    dnnl::post_ops ops;
-    if (m.alpha != 1.f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, m.alpha, 0.f);
-    if (m.relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-    attr.set_post_ops(ops);
+  dnnl::post_ops ops;
+  if (m.alpha != 1.f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, m.alpha, 0.f);
+  if (m.addend != nullptr) ops.append_binary(dnnl::algorithm::binary_add, entry->c);
+  switch (m.act) {
+    case AMP_ACT_NONE: break;
+    case AMP_ACT_RELU: ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
+    case AMP_ACT_GELU: ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+    default: throw std::invalid_argument("unknown activation " + std::to_string(m.act));
   }
+  attr.set_post_ops(ops);
   dnnl::matmul::primitive_desc pd;
   if (m.bias_dtype >= 0) {
     memory::dims bias_dims(m.ndims, 1);
@@ -85,6 +90,10 @@ void run(const AmpMatmul& m) {
       {DNNL_ARG_DST, memory(entry->c, engine, m.c)},
       {DNNL_ARG_SCRATCHPAD, memory(entry->scratchpad, engine, thread_buffer(0, entry->scratchpad.get_size()))}};
   if (m.bias_dtype >= 0) args[DNNL_ARG_BIAS] = memory(entry->bias, engine, const_cast<void*>(m.bias));
+  if (m.addend != nullptr) {
+    const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(m.alpha != 1.f ? 1 : 0) | DNNL_ARG_SRC_1;
+    args[arg] = memory(entry->c, engine, const_cast<void*>(m.addend));
+  }
   dnnl::stream stream(engine);
   entry->primitive.execute(stream, args);
   stream.wait();

@@ -178,6 +178,13 @@ MXReturnValue infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
   return MX_SUCCESS;
 }
 
+// The scores' scale 1 / sqrt(d) as a product's epilogue.
+Epilogue scaled(int64_t d) {
+  Epilogue e;
+  e.alpha = 1.f / std::sqrt(static_cast<float>(d));
+  return e;
+}
+
 bool empty(const Sizes& s) { return s.tq == 0 || s.tk == 0 || s.b == 0 || s.d == 0; }
 
 // Query and key views of the inputs of a qk op (data pointers and dtypes as given).
@@ -221,8 +228,7 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
     for (MXTensor& t : *inputs) in.push_back(&t);
     qk_views(kOp, in, dt, p.heads, s, &q, &k);
     const View c = attention_view(y.data_ptr, yt, s.b, p.heads, s.tq, s.tk);
-    const float alpha = 1.f / std::sqrt(static_cast<float>(s.d));
-    return gemm(kOp, q, k.t(), c, nullptr, -1, false, alpha) ? MX_SUCCESS : MX_FAIL;
+    return gemm(kOp, q, k.t(), c, scaled(s.d)) ? MX_SUCCESS : MX_FAIL;
   }
   const View v = value_view(kOp, (*inputs)[0].data_ptr, dt, p.heads, s);
   const View att = attention_view((*inputs)[1].data_ptr, dt, s.b, p.heads, s.tq, s.tk);
@@ -246,7 +252,7 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   const int dt = static_cast<int>((*inputs)[1].dtype);
   Scratch keep;
   void* dy = in_dtype((*inputs)[0], dt, &keep);
-  if (l.scores) {  // dq = alpha dS k, dk = alpha dS^T q
+  if (l.scores) {  // dq = dS k / sqrt(d), dk = dS^T q / sqrt(d)
     std::vector<MXTensor*> in, grads;
     for (int i = 1; i <= n_in; ++i) in.push_back(&(*inputs)[i]);
     for (MXTensor& g : *outputs) grads.push_back(&g);
@@ -254,8 +260,7 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
     qk_views(kOp, in, dt, p.heads, s, &q, &k);
     qk_views(kOp, grads, static_cast<int>(grads[0]->dtype), p.heads, s, &dq, &dk);
     const View ds = attention_view(dy, dt, s.b, p.heads, s.tq, s.tk);
-    const float alpha = 1.f / std::sqrt(static_cast<float>(s.d));
-    return gemm(kOp, ds, k, dq, nullptr, -1, false, alpha) && gemm(kOp, ds.t(), q, dk, nullptr, -1, false, alpha)
+    return gemm(kOp, ds, k, dq, scaled(s.d)) && gemm(kOp, ds.t(), q, dk, scaled(s.d))
                ? MX_SUCCESS
                : MX_FAIL;
   }

@@ -5,8 +5,12 @@
  *
  * Operands are float32 or bfloat16 (both the same), products accumulate in float32, and the output has
  * the operands' dtype unless the attribute out_dtype (float32 or bfloat16) says otherwise. Attributes are
- * those of the MXNet op each one replaces, so the graph rewriter only renames the node; amp_fully_connected
- * also takes act_type="relu" (a ReLU fused into the product: oneDNN post-op; the gradient masks dy).
+ * those of the MXNet op each one replaces, so the graph rewriter only renames the node. amp_fully_connected
+ * also takes oneDNN post-ops that inference graphs fuse into it:
+ *   with_sum=True    one more input, the addend (the output's dtype and shape), added after the bias (a
+ *                    residual sum; its gradient is dy through the activation);
+ *   act_type         "relu" (the gradient masks dy) or "gelu" (erf, as LeakyReLU's; inference only: no
+ *                    gradient), applied last.
  *
  * Every product, gradients included, is one call of a strided matmul (onednn/api.h): a transposed
  * operand is a view with swapped strides, never a copy. An output stored transposed is computed as
@@ -14,6 +18,7 @@
  * Backward: inputs [dy, inputs..., y], outputs [gradient of each input], in the inputs' dtypes.
  */
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -31,20 +36,36 @@ constexpr char kMatmul[] = "amp_matmul";
 
 struct FCParams {
   long num_hidden = 0;
-  bool no_bias = false, flatten = true, relu = false;
+  bool no_bias = false, flatten = true, with_sum = false;
+  int act = AMP_ACT_NONE;
   int out_dtype = -1;
+
+  int num_inputs() const { return 2 + !no_bias + with_sum; }
 };
 
 bool parse_fc(const Attrs& attrs, FCParams* p) {
   const auto act = attrs.find("act_type");
-  if (act != attrs.end() && act->second != "relu") {
-    MX_ERROR_MSG << kFC << ": attribute act_type must be relu (got '" << act->second << "')";
-    return false;
+  if (act != attrs.end()) {
+    if (act->second == "relu") {
+      p->act = AMP_ACT_RELU;
+    } else if (act->second == "gelu") {
+      p->act = AMP_ACT_GELU;
+    } else {
+      MX_ERROR_MSG << kFC << ": attribute act_type must be relu or gelu (got '" << act->second << "')";
+      return false;
+    }
   }
-  p->relu = act != attrs.end();
   return parse_int(kFC, attrs, "num_hidden", 1, &p->num_hidden) &&
          parse_bool(kFC, attrs, "no_bias", false, &p->no_bias) &&
-         parse_bool(kFC, attrs, "flatten", true, &p->flatten) && parse_out_dtype(kFC, attrs, &p->out_dtype);
+         parse_bool(kFC, attrs, "flatten", true, &p->flatten) &&
+         parse_bool(kFC, attrs, "with_sum", false, &p->with_sum) && parse_out_dtype(kFC, attrs, &p->out_dtype);
+}
+
+// The activation of a fused act_type on one value (the empty product's path).
+float activate(int act, float v) {
+  if (act == AMP_ACT_RELU) return v < 0.f ? 0.f : v;
+  if (act == AMP_ACT_GELU) return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
+  return v;
 }
 
 struct DotParams {
@@ -64,7 +85,7 @@ bool parse_dot(const char* op, const Attrs& attrs, DotParams* p) {
 MXReturnValue fc_parse(const Attrs& attrs, int* num_in, int* num_out) {
   FCParams p;
   if (!parse_fc(attrs, &p)) return MX_FAIL;
-  *num_in = p.no_bias ? 2 : 3;
+  *num_in = p.num_inputs();
   *num_out = 1;
   return MX_SUCCESS;
 }
@@ -72,7 +93,18 @@ MXReturnValue fc_parse(const Attrs& attrs, int* num_in, int* num_out) {
 MXReturnValue fc_infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   FCParams p;
   if (!parse_fc(attrs, &p)) return MX_FAIL;
-  return infer_operand_types(kFC, p.out_dtype, in, out);
+  if (!p.with_sum) return infer_operand_types(kFC, p.out_dtype, in, out);
+  std::vector<int> operands(in->begin(), in->end() - 1);
+  if (infer_operand_types(kFC, p.out_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
+  int& addend = in->back();
+  std::copy(operands.begin(), operands.end(), in->begin());
+  if (addend == -1) addend = (*out)[0];
+  if (addend != (*out)[0]) {
+    MX_ERROR_MSG << kFC << ": the addend has dtype " << dtype_name(addend) << "; it must have the output's, "
+                 << dtype_name((*out)[0]);
+    return MX_FAIL;
+  }
+  return MX_SUCCESS;
 }
 
 MXReturnValue fc_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
@@ -108,6 +140,14 @@ MXReturnValue fc_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
       return MX_FAIL;
     }
   }
+  if (p.with_sum) {
+    auto& addend = in->back();
+    if (addend.empty()) addend = y;
+    if (addend != y) {
+      MX_ERROR_MSG << kFC << ": the addend must have the output's shape";
+      return MX_FAIL;
+    }
+  }
   (*out)[0] = y;
   return MX_SUCCESS;
 }
@@ -133,22 +173,31 @@ MXReturnValue fc_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std:
   const View xv = contiguous(x.data_ptr, dt, {m, k});
   const View wv = contiguous(w.data_ptr, dt, {n, k});
   const View yv = contiguous(y.data_ptr, static_cast<int>(y.dtype), {m, n});
-  const void* bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
-  const int bias_dtype = p.no_bias ? -1 : static_cast<int>((*inputs)[2].dtype);
-  if (k == 0) {  // empty sum: bias (or zeros)
+  Epilogue e;
+  e.bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
+  e.bias_dtype = p.no_bias ? -1 : static_cast<int>((*inputs)[2].dtype);
+  e.addend = p.with_sum ? inputs->back().data_ptr : nullptr;
+  e.act = p.act;
+  if (k == 0) {  // empty sum: bias + addend (or zeros)
     for (int64_t i = 0; i < m * n; ++i) {
-      const float v = bias ? load(bias, bias_dtype, i % n) : 0.f;
-      store(y.data_ptr, yv.dtype, i, p.relu && v < 0.f ? 0.f : v);
+      float v = e.bias ? load(e.bias, e.bias_dtype, i % n) : 0.f;
+      if (e.addend) v += load(e.addend, yv.dtype, i);
+      store(y.data_ptr, yv.dtype, i, activate(p.act, v));
     }
     return MX_SUCCESS;
   }
-  return gemm(kFC, xv, wv.t(), yv, bias, bias_dtype, p.relu) ? MX_SUCCESS : MX_FAIL;
+  return gemm(kFC, xv, wv.t(), yv, e) ? MX_SUCCESS : MX_FAIL;
 }
 
 MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                           const OpResource& res) {
   FCParams p;
   if (!parse_fc(attrs, &p)) return MX_FAIL;
+  if (p.act == AMP_ACT_GELU) {
+    MX_ERROR_MSG << kFC << ": act_type gelu is fused into inference graphs only; it has no gradient (use "
+                 << "LeakyReLU(act_type='gelu') after the product to train)";
+    return MX_FAIL;
+  }
   const MXTensor& x = (*inputs)[1];
   const MXTensor& w = (*inputs)[2];
   int64_t m, k, n;
@@ -156,17 +205,23 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   const int dt = static_cast<int>(x.dtype);
   MXTensor& dx = (*outputs)[0];
   MXTensor& dw = (*outputs)[1];
+  const bool relu = p.act == AMP_ACT_RELU;
   if (m == 0 || n == 0 || k == 0) {
     for (MXTensor& g : *outputs) zero(&g);
-    if (m == 0 || n == 0 || p.no_bias) return MX_SUCCESS;
+    if (m == 0 || n == 0 || (p.no_bias && !p.with_sum)) return MX_SUCCESS;
   }
   const MXTensor& dy_t = (*inputs)[0];
   Scratch keep;
   // dy, where a fused ReLU's output is positive (else 0), in the operands' dtype
-  void* g = p.relu ? relu_masked(dy_t, (*inputs)[p.no_bias ? 3 : 4], dt, &keep) : in_dtype(dy_t, dt, &keep);
-  // what the bias gradient sums: dy as given, unless masked
-  const void* g_sum = p.relu ? g : dy_t.data_ptr;
-  const int g_sum_dtype = p.relu ? dt : static_cast<int>(dy_t.dtype);
+  void* g = relu ? relu_masked(dy_t, inputs->back(), dt, &keep) : in_dtype(dy_t, dt, &keep);
+  // what the bias and addend gradients read: dy as given, unless masked
+  const void* g_sum = relu ? g : dy_t.data_ptr;
+  const int g_sum_dtype = relu ? dt : static_cast<int>(dy_t.dtype);
+  if (p.with_sum) {
+    MXTensor& da = outputs->back();
+    const CallTeam team;
+    convert_into(da.data_ptr, static_cast<int>(da.dtype), g_sum, g_sum_dtype, da.size(), team.threads());
+  }
   const View dy = contiguous(g, dt, {m, n});
   if (k > 0) {
     const View xv = contiguous(x.data_ptr, dt, {m, k});

@@ -120,9 +120,8 @@ View with_ptr(View v, void* ptr, int dtype) {
   return v;
 }
 
-bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias, int bias_dtype,
-          bool relu, float alpha) {
-  if (c.strides[c.nb + 1] != 1 && bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), nullptr, -1, relu, alpha);
+bool gemm(const char* op, const View& a, const View& b, const View& c, const Epilogue& e) {
+  if (c.strides[c.nb + 1] != 1 && e.bias == nullptr) return gemm(op, b.t(), a.t(), c.t(), e);
   AmpMatmulFn fn = onednn_matmul();
   if (fn == nullptr) {
     MX_ERROR_MSG << op << ": oneDNN 3 kernels unavailable: " << onednn_info();
@@ -133,9 +132,9 @@ bool gemm(const char* op, const View& a, const View& b, const View& c, const voi
   m.a_dtype = a.dtype;
   m.b_dtype = b.dtype;
   m.c_dtype = c.dtype;
-  m.bias_dtype = bias == nullptr ? -1 : bias_dtype;
-  m.relu = relu ? 1 : 0;
-  m.alpha = alpha;
+  m.bias_dtype = e.bias == nullptr ? -1 : e.bias_dtype;
+  m.act = e.act;
+  m.alpha = e.alpha;
   std::copy(a.dims, a.dims + kMaxDims, m.a_dims);
   std::copy(a.strides, a.strides + kMaxDims, m.a_strides);
   std::copy(b.dims, b.dims + kMaxDims, m.b_dims);
@@ -144,7 +143,8 @@ bool gemm(const char* op, const View& a, const View& b, const View& c, const voi
   std::copy(c.strides, c.strides + kMaxDims, m.c_strides);
   m.a = a.ptr;
   m.b = b.ptr;
-  m.bias = bias;
+  m.bias = e.bias;
+  m.addend = e.addend;
   m.c = c.ptr;
   char error[512] = {0};
   if (fn(&m, error, sizeof(error)) != 0) {

@@ -68,12 +68,20 @@ View contiguous(void* ptr, int dtype, const std::vector<int64_t>& dims);
 /*! \brief v on other data of another dtype. */
 View with_ptr(View v, void* ptr, int dtype);
 
+/*! \brief What a product does to its result, in order: scale (alpha, not with a bias) or bias, addend, act. */
+struct Epilogue {
+  const void* bias = nullptr;
+  int bias_dtype = -1;
+  float alpha = 1.f;
+  const void* addend = nullptr;  // the product's dtype and layout: a residual sum
+  int act = AMP_ACT_NONE;        // an AmpActivation
+};
+
 /*!
- * \brief c = alpha a b (+ bias) (then max(0, c) with relu): one oneDNN 3 matmul of strided views, float32
- *        accumulation; false with the error reported (naming op) when it fails.
+ * \brief c = act(alpha a b + bias + addend): one oneDNN 3 matmul of strided views, float32 accumulation; false
+ *        with the error reported (naming op) when it fails.
  */
-bool gemm(const char* op, const View& a, const View& b, const View& c, const void* bias = nullptr,
-          int bias_dtype = -1, bool relu = false, float alpha = 1.f);
+bool gemm(const char* op, const View& a, const View& b, const View& c, const Epilogue& e = Epilogue());
 
 }  // namespace mxnet_amp
 
