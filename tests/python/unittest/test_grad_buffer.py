@@ -110,3 +110,29 @@ def test_buffers_are_laid_out_before_the_first_backward_when_shapes_are_known():
             scaled.backward()
     trainer.step(2)
     assert trainer._mxnet_amp.grads.current(trainer._params)
+
+
+@pytest.mark.parametrize("when", ["deferred shapes", "after a backward"])
+def test_static_graphs_train_on_the_laid_out_gradients(when):
+    """hybridize(static_alloc=True, static_shape=True): the CachedOp keeps the gradient arrays of its first
+    backward. Laid out after that backward (deferred shapes: at the first step; or a backward before
+    init_trainer), the buffers must still receive every later step's gradients: training matches plain Gluon's."""
+    def net_of():
+        mx.random.seed(3)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
+        net.initialize(mx.init.Xavier())
+        net.hybridize(static_alloc=True, static_shape=True)
+        if when == "after a backward":
+            with autograd.record():
+                net(mx.nd.ones((2, 4))).sum().backward()
+        return net
+
+    plain = net_of()
+    mx.random.seed(4)  # deferred shapes: the weights are drawn at the first call, in _train
+    _train(plain, [mx.cpu()], False, steps=4)
+    amp_net = net_of()
+    mx.random.seed(4)
+    _train(amp_net, [mx.cpu()], True, steps=4)
+    for p, q in zip(amp_net.collect_params().values(), plain.collect_params().values()):
+        np.testing.assert_allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5, atol=1e-6, err_msg=p.name)

@@ -8,12 +8,20 @@ Backward writes into the views exactly as into separate arrays (``autograd.mark_
 
 A parameter whose gradient arrays are replaced later (``Parameter.cast``, ``reset_ctx``, re-initialisation)
 no longer points into the buffer; :meth:`GradBuffers.current` notices and lays the buffers out again.
+
+A static CachedOp (``hybridize(static_alloc=True, static_shape=True)``) keeps the gradient arrays of its first
+backward and writes into them ever after, whatever autograd was told since: left alone, every later step would
+update with the gradients of the step before the layout. Laying out drops the CachedOp of every block that reads
+the parameters (as ``HybridBlock.cast`` does), and their next call builds one on the views.
 """
+import gc
+
 import numpy as np
 
 from mxnet import autograd
 from mxnet import ndarray as nd
 from mxnet import numpy as _mx_np
+from mxnet.gluon import HybridBlock
 
 __all__ = ["GradBuffers"]
 
@@ -60,6 +68,7 @@ class GradBuffers:
             autograd.mark_variables(param.list_data(), param.list_grad(), param.grad_req)
             for data, flag in zip(param.list_data(), fresh):
                 data._fresh_grad = flag
+        _drop_cached_ops(self.params)
 
     def current(self, params):
         """Whether ``params`` are still exactly the parameters whose gradients live in these buffers."""
@@ -68,3 +77,13 @@ class GradBuffers:
     def per_device(self):
         """The flat buffers, one list per device (in the parameters' device order)."""
         return [self.buffers[i] for i in sorted(self.buffers)]
+
+
+def _drop_cached_ops(params):
+    """Drop the CachedOp of every live HybridBlock that reads one of ``params``: its next call builds a new one
+    on the parameters' current gradient arrays (the graph is kept)."""
+    ids = {id(param) for param in params}
+    for obj in gc.get_objects():
+        if (isinstance(obj, HybridBlock) and getattr(obj, "_cached_op", None) is not None
+                and any(not is_arg and id(arg) in ids for is_arg, arg in obj._cached_op_args)):
+            obj._cached_op = None
