@@ -41,6 +41,7 @@ gluonnlp does; otherwise they are skipped with the reason.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -283,7 +284,8 @@ def main(argv=None):
         try:
             row = (_torch_child if config in TORCH_CONFIGS else _mx_child)(config, workload, args)
         except Exception as err:  # pylint: disable=broad-except  (a failing peer is a row, not a traceback)
-            row = {"error": ("%s: %s" % (type(err).__name__, err)).splitlines()[0][:200]}
+            why = re.sub(r"\[[\d:]+\] \S+:\d+: ", "", " ".join(str(err).split()))  # MXNet's time and source line
+            row = {"error": ("%s: %s" % (type(err).__name__, why))[:240]}
         print(json.dumps(row))
         return 0
     workloads = args.workloads.split(",")
