@@ -5,7 +5,8 @@ with momentum. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 he
 tokens, a 2-class head, AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
 
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
-alternate and repeat, and the table shows the median step time and its ratio to fp32 (speed-up > 1 is faster).
+alternate and repeat, and the table shows the median step time and its ratio to the same framework's fp32
+(speed-up > 1 is faster).
 
 ``--profile`` runs each configuration once more under MXNet's profiler (operator bulking off, so that every op
 is timed on its own) and oneDNN's verbose mode, and prints per step: milliseconds in forward ops, backward ops,
@@ -276,12 +277,16 @@ def main():
             % (ENCODER_LAYERS, args.batch, ENCODER_SEQ))
     print("%s, %d repeats x %d steps, %s" % (what, args.repeats, args.steps, time.strftime("%Y-%m-%d")))
     print("%-14s %12s %16s" % ("config", "median s", "speed vs fp32"))
+    if set(TORCH_CONFIGS) & set(configs):
+        print("(PyTorch rows: speed vs torch_fp32)")
     if len(configs) < len(CONFIGS):
         print("(not run: %s; %s)" % (", ".join(sorted(set(CONFIGS) - set(configs))), no_torch))
     for config in configs:
         if results[config]:
             med = statistics.median(results[config])
-            ratio = "%.2fx" % (base / med) if base else "n/a"
+            own = (statistics.median(results["torch_fp32"]) if results.get("torch_fp32") else None) \
+                if config in TORCH_CONFIGS else base  # each framework against its own float32
+            ratio = "%.2fx" % (own / med) if own else "n/a"
             print("%-14s %12.4f %16s%s" % (config, med, ratio, "  (torch %d threads, a process without MXNet)"
                                            % threads[config] if config in threads else ""))
         else:
