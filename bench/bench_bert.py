@@ -285,7 +285,8 @@ def main(argv=None):
             row = (_torch_child if config in TORCH_CONFIGS else _mx_child)(config, workload, args)
         except Exception as err:  # pylint: disable=broad-except  (a failing peer is a row, not a traceback)
             why = re.sub(r"\[[\d:]+\] \S+:\d+: ", "", " ".join(str(err).split()))  # MXNet's time and source line
-            row = {"error": ("%s: %s" % (type(err).__name__, why))[:240]}
+            why = "%s: %s" % (type(err).__name__, why)
+            row = {"error": why if len(why) <= 240 else why[:100] + " ... " + why[-135:]}
         print(json.dumps(row))
         return 0
     workloads = args.workloads.split(",")
