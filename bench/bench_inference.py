@@ -15,10 +15,17 @@ paths fail or crash on CPUs without AVX-512, and a crash must not end the benchm
   and the default plan emulates (class b)
 - ours bf16 emulate: ``ours bf16`` with ``emulate=True`` (float32 kernels on bf16-rounded values, the library's
   float32 products and convolutions); only where the default plan is native
+- torch fp32, torch bf16: PyTorch, in a child process of its own that never imports MXNet (which would cut
+  PyTorch to one thread), under ``torch.inference_mode()`` in eval mode, float32 and
+  ``torch.autocast("cpu", torch.bfloat16)``: the transformer block as ``torch.nn.TransformerEncoderLayer(512, 8,
+  2048, dropout=0, batch_first=True, norm_first=False, activation="relu")`` (a note says whether PyTorch took its
+  fast path, ``aten::_transformer_encoder_layer_fwd``), ResNet-50 as ``torchvision.models.resnet50()`` (NCHW);
+  random weights of their own, so their ratio and deviation are to ``torch fp32``. Only where torch (and for
+  ResNet-50 torchvision) imports, never a dependency: otherwise the rows say why they were skipped
 Prints ms per batch (the best of --repeat runs; the runs alternate the variants, so load from other
 processes hits them alike), the ratio to fp32 (>1 is faster) and the max deviation from fp32 scaled by
-max |fp32 output|. On CPUs without AVX-512, bfloat16 is emulated (float32 kernels, rounded values): expect
-it to be slower than fp32 there.
+max |fp32 output| (PyTorch rows: to PyTorch's fp32). On CPUs without AVX-512, bfloat16 is emulated (float32
+kernels, rounded values): expect it to be slower than fp32 there.
 
 Usage: python bench/bench_inference.py [--models resnet50,transformer] [--batch 16] [--repeat 5] [--record]
     [--stand-in a|b|c]
@@ -42,10 +49,12 @@ import numpy as np
 from timing import add_stand_in, apply_stand_in
 
 VARIANTS = ("fp32", "fp32 fused", "contrib bf16", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels",
-            "ours bf16 native", "ours bf16 emulate")
+            "ours bf16 native", "ours bf16 emulate", "torch fp32", "torch bf16")
+#: PyTorch's variants: a child process without MXNet, never recorded into cpu_ratios.json.
+TORCH_VARIANTS = ("torch fp32", "torch bf16")
 #: Variants timed together in one process; contrib's bf16 runs alone (it fails or crashes on some CPUs).
 GROUPS = (("fp32", "fp32 fused", "ours bf16", "ours bf16 unfused", "ours bf16 mxnet kernels", "ours bf16 native",
-           "ours bf16 emulate"), ("contrib bf16",))
+           "ours bf16 emulate"), ("contrib bf16",), TORCH_VARIANTS)
 MODELS = ("resnet50", "transformer")
 #: Workload names in cpu_ratios.json, and which variant is which plan there.
 WORKLOADS = {"resnet50": "ResNet-50 v1 inference, batch %d, 224x224",
@@ -150,6 +159,51 @@ def time_variants(model, variants, batch, repeat):
     return {name: result for name, (_, result) in runs.items()}
 
 
+def time_torch(model, variants, batch, repeat):
+    """Time PyTorch variants in this process (which must not import MXNet), interleaved like
+    :func:`time_variants`; a row says why it was skipped where torch or torchvision does not import."""
+    try:
+        import torch
+    except ImportError as err:
+        return {v: {"error": "skipped: torch does not import (%s)" % err} for v in variants}
+    torch.manual_seed(0)
+    if model == "resnet50":
+        try:
+            import torchvision
+        except ImportError as err:
+            return {v: {"error": "skipped: torchvision does not import (%s)" % err} for v in variants}
+        net = torchvision.models.resnet50()
+        x = np.random.RandomState(0).uniform(-1, 1, (batch, 3, 224, 224)).astype(np.float32)
+    else:
+        net = torch.nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True, norm_first=False,
+                                               activation="relu")
+        x = np.random.RandomState(0).uniform(-1, 1, (batch, 128, 512)).astype(np.float32)
+    net.eval()
+    data = torch.from_numpy(x)
+    regions = {"torch fp32": None, "torch bf16": torch.bfloat16}
+
+    def forward(name):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=regions[name] is not None):
+            return net(data)
+
+    runs = {}
+    for name in variants:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            forward(name)  # warm-up, profiled: which ops ran
+        out = forward(name)  # a second warm-up, not profiled
+        note = "torch %d threads" % torch.get_num_threads()
+        if model == "transformer":
+            fast = any(e.key == "aten::_transformer_encoder_layer_fwd" for e in prof.key_averages())
+            note += ", fast path (aten::_transformer_encoder_layer_fwd) %s" % ("taken" if fast else "not taken")
+        runs[name] = {"seconds": float("inf"), "output": out.float().numpy().ravel()[:4096].tolist(), "note": note}
+    for _ in range(repeat):
+        for name, result in runs.items():
+            start = time.perf_counter()
+            forward(name)
+            result["seconds"] = min(result["seconds"], time.perf_counter() - start)
+    return runs
+
+
 def run_child(model, variants, batch, repeat, timeout):
     """Time variants in a fresh process; return their results, or {variant: {'error': ...}}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, ",".join(variants), "--batch", str(batch),
@@ -178,6 +232,10 @@ def main(argv=None):
     add_stand_in(parser)
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and set(args.child[1].split(",")) <= set(TORCH_VARIANTS):
+        # no MXNet here (a stand-in's variables came with the environment)
+        print(json.dumps(time_torch(args.child[0], args.child[1].split(","), args.batch, args.repeat)))
+        return 0
     apply_stand_in(args.stand_in)
     if args.child:
         result = time_variants(args.child[0], args.child[1].split(","), args.batch, args.repeat)
@@ -200,22 +258,29 @@ def main(argv=None):
         results = {}
         for group in groups:
             results.update(run_child(model, group, args.batch, args.repeat, args.timeout))
-        base = results["fp32"]
-        ref = np.array(base.get("output", []))
         print("\n%s" % model)
         print("%-18s | %10s | %12s | %s" % ("variant", "ms/batch", "vs fp32", "max rel dev vs fp32"))
+        notes = []
         for name in VARIANTS:
             res = results.get(name, {"error": "not run: the default plan ('ours bf16') is this one here, or "
                                      "MXNet has no bf16 kernels on this CPU"})
             if "error" in res:
                 print("%-18s | %s" % (name, res["error"]))
                 continue
+            base = results["torch fp32" if name in TORCH_VARIANTS else "fp32"]
+            ref = np.array(base.get("output", []))
             ratio = base["seconds"] / res["seconds"] if "seconds" in base else float("nan")
             out = np.array(res["output"])
             dev = np.abs(out - ref).max() / np.abs(ref).max() if ref.size and out.size == ref.size else float("nan")
             print("%-18s | %10.1f | %11.2fx | %.2e" % (name, 1000 * res["seconds"], ratio, dev))
+            if "note" in res:
+                notes.append("%s: %s" % (name, res["note"]))
             if name in plans:
                 recorded[(WORKLOADS[model] % args.batch, plans[name])] = round(ratio, 2)
+        for note in notes:
+            print("  %s" % note)
+        if notes:
+            print("  (PyTorch rows: their own random weights; 'vs fp32' and the deviation are to torch fp32)")
     if args.record:
         record(recorded, "python bench/bench_inference.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train_step import build, torch_available, torch_step  # noqa: E402
+from bench_train_step import build, torch_missing, torch_step  # noqa: E402
 from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 WORKLOADS = ("resnet18-32", "resnet18-128", "encoder")
@@ -104,7 +104,7 @@ def main(argv=None):
         if bad:
             parser.error("unknown %s %s: expected some of %s" % (name, ", ".join(map(repr, bad)), ", ".join(valid)))
     cpu_banner()
-    configs = [c for c in args.configs.split(",") if not c.startswith("torch") or torch_available()]
+    configs = [c for c in args.configs.split(",") if not c.startswith("torch") or not torch_missing("resnet18")]
     skipped = sorted(set(args.configs.split(",")) - set(configs))
     print("%d steps per configuration, one child process each%s" % (
         args.steps, "; not run (torch or torchvision not importable): " + ", ".join(skipped) if skipped else ""))

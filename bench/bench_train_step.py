@@ -5,7 +5,8 @@ with momentum. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 he
 tokens, a 2-class head, AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
 
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
-alternate and repeat, and the table shows the median step time and its ratio to fp32 (speed-up > 1 is faster).
+alternate and repeat, and the table shows the median step time and its ratio to the same framework's fp32
+(speed-up > 1 is faster).
 
 ``--profile`` runs each configuration once more under MXNet's profiler (operator bulking off, so that every op
 is timed on its own) and oneDNN's verbose mode, and prints per step: milliseconds in forward ops, backward ops,
@@ -13,8 +14,10 @@ casts, the finite check, the optimizer and the rest (the step's wall time minus 
 number of cast calls and the number of oneDNN reorders (MXNet's oneDNN 2 and this project's oneDNN 3 counted
 together). Run it on an AVX-512-BF16 CPU and elsewhere to compare.
 
-Where PyTorch and torchvision import (never a dependency of this project), the same step runs in PyTorch too:
-``torch_fp32`` and ``torch_bf16`` (``torch.autocast("cpu", torch.bfloat16)``), timed alike (no profile).
+Where PyTorch imports (and for ResNet-18 torchvision; never a dependency of this project), the same step runs in
+PyTorch too: ``torch_fp32`` and ``torch_bf16`` (``torch.autocast("cpu", torch.bfloat16)``), timed alike (no
+profile), in child processes that never import MXNet (which would cut PyTorch to one thread); the table prints
+their thread count.
 ``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps);
 ``--record`` writes ``mxnet.amp``'s ratio into ``python/mxnet/amp/core/cpu_ratios.json`` (see bench_inference.py).
 
@@ -34,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import add_stand_in, apply_stand_in, cpu_banner  # noqa: E402
 
 CONFIGS = ("fp32", "contrib_bf16", "amp_bf16", "torch_fp32", "torch_bf16")
-#: Configurations that run only where PyTorch (and torchvision) can be imported: never a dependency.
+#: Configurations that run only where PyTorch (and for ResNet-18 torchvision) imports: never a dependency.
 TORCH_CONFIGS = ("torch_fp32", "torch_bf16")
 MODELS = ("resnet18", "encoder")
 ENCODER_LAYERS, ENCODER_SEQ = 4, 128
@@ -142,21 +145,24 @@ def torch_step(model, batch, size, autocast):
     return step
 
 
-def torch_available():
-    """Whether PyTorch and torchvision import here (their rows run only then)."""
-    try:
-        import torch  # noqa: F401
-        import torchvision  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def torch_missing(model):
+    """Why PyTorch's rows of ``model`` cannot run here (torch, or torchvision for ResNet-18, does not import in a
+    fresh process), or None where they can."""
+    code = "import torch" + ("; import torchvision" if model == "resnet18" else "")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    return None if proc.returncode == 0 else (lines[-1] if lines else "exit status %d" % proc.returncode)[:120]
 
 
 def _child(config, steps, batch, size, profile=False, model="resnet18"):
-    if config in TORCH_CONFIGS:
-        return _timed(torch_step(model, batch, size, config == "torch_bf16"), steps)
+    if config in TORCH_CONFIGS:  # this process never imports MXNet
+        import torch
+        return _timed(torch_step(model, batch, size, config == "torch_bf16"), steps), torch.get_num_threads()
     import mxnet as mx
     from mxnet import autograd, gluon
+    # before contrib's init: loading this project's library (build() imports it for the encoder's adamw)
+    # regenerates MXNet's operator functions, which would silently undo mxnet.contrib.amp.init's patches
+    from mxnet.amp.core import library  # noqa: F401
     if config == "contrib_bf16":
         from mxnet.contrib import amp as peer
         peer.init(target_dtype="bfloat16")
@@ -190,7 +196,7 @@ def _child(config, steps, batch, size, profile=False, model="resnet18"):
         step()
         step()
         return _profiled(step, steps)
-    return _timed(step, steps)
+    return _timed(step, steps), None
 
 
 def _timed(step, steps):
@@ -247,14 +253,15 @@ def main():
         try:
             result = _child(args.child, args.steps, args.batch, args.size, args.profile, args.model)
             print(json.dumps(dict(result, config=args.child) if args.profile
-                             else {"config": args.child, "seconds": result}))
+                             else {"config": args.child, "seconds": result[0], "threads": result[1]}))
         except Exception as err:  # report the peer's failure as a row instead of a traceback
             print(json.dumps({"config": args.child, "error": ("%s: %s" % (type(err).__name__, err))[:160]}))
         return
-    configs = [c for c in CONFIGS if c not in TORCH_CONFIGS or torch_available()]
+    no_torch = torch_missing(args.model)
+    configs = [c for c in CONFIGS if c not in TORCH_CONFIGS or not no_torch]
     cpu_banner()
     results = {c: [] for c in configs}
-    errors = {}
+    errors, threads = {}, {}
     for _ in range(args.repeats):
         for config in configs:
             row = _run_child(config, args)
@@ -262,19 +269,26 @@ def main():
                 errors[config] = row["error"]
             else:
                 results[config].append(row["seconds"])
+                if row.get("threads"):
+                    threads[config] = row["threads"]
     base = statistics.median(results["fp32"]) if results["fp32"] else None
     what = ("ResNet-18 training step, batch %d x 3 x %d x %d" % (args.batch, args.size, args.size)
             if args.model == "resnet18" else "encoder training step (%d layers of 768, 12 heads), batch %d x %d"
             % (ENCODER_LAYERS, args.batch, ENCODER_SEQ))
     print("%s, %d repeats x %d steps, %s" % (what, args.repeats, args.steps, time.strftime("%Y-%m-%d")))
     print("%-14s %12s %16s" % ("config", "median s", "speed vs fp32"))
+    if set(TORCH_CONFIGS) & set(configs):
+        print("(PyTorch rows: speed vs torch_fp32)")
     if len(configs) < len(CONFIGS):
-        print("(not run: %s; torch or torchvision not importable)" % ", ".join(sorted(set(CONFIGS) - set(configs))))
+        print("(not run: %s; %s)" % (", ".join(sorted(set(CONFIGS) - set(configs))), no_torch))
     for config in configs:
         if results[config]:
             med = statistics.median(results[config])
-            ratio = "%.2fx" % (base / med) if base else "n/a"
-            print("%-14s %12.4f %16s" % (config, med, ratio))
+            own = (statistics.median(results["torch_fp32"]) if results.get("torch_fp32") else None) \
+                if config in TORCH_CONFIGS else base  # each framework against its own float32
+            ratio = "%.2fx" % (own / med) if own else "n/a"
+            print("%-14s %12.4f %16s%s" % (config, med, ratio, "  (torch %d threads, a process without MXNet)"
+                                           % threads[config] if config in threads else ""))
         else:
             print("%-14s %12s %16s  %s" % (config, "failed", "-", errors.get(config, "")))
     if args.record and base and results["amp_bf16"]:
