@@ -30,6 +30,7 @@ from ..graph.fold import fold_batchnorm
 from ..graph.builder import RewriteStats
 from ..graph.rewrite import rewrite_symbol, route_library_kernels
 from ..graph.symbol_json import to_graph, to_symbol, with_var_dtypes
+from .constant_fold import fold_parameter_ops
 from .onnx_converters import register_converters
 from .params import cast_offline, nbytes
 from .summary import Conversion, ConversionSummary
@@ -88,13 +89,17 @@ def convert(sym: mx.sym.Symbol, arg_params: Optional[Dict[str, mx.nd.NDArray]] =
                                     inference=True)
     graph, storage, cast = cast_offline(sym, to_graph(new_sym), params, input_names, stats, policy.target_dtype,
                                         device_type, cast_params_offline)
-    known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
-    known.update({name: arr.dtype for name, arr in params.items()})
-    known.update({name: mx_dtype(dtype) for name, dtype in storage.items()})
-    graph = dict(graph, nodes=with_var_dtypes(graph["nodes"], known, {n: a.shape for n, a in params.items()}))
     cast_arrays = {k: v for k, v in cast.items() if v is not None}
     new_args = {k: cast_arrays.get(k, v) for k, v in arg_params.items()}
     new_aux = {k: cast_arrays.get(k, v) for k, v in aux_params.items()}
+    if cast_params_offline:
+        graph, new_args, new_aux, _ = fold_parameter_ops(graph, new_args, new_aux)
+    known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
+    known.update({name: arr.dtype for name, arr in params.items()})
+    known.update({name: mx_dtype(dtype) for name, dtype in storage.items()})
+    known.update({name: arr.dtype for name, arr in dict(new_args, **new_aux).items()})
+    shapes = {n: a.shape for n, a in dict(params, **new_args, **new_aux).items()}
+    graph = dict(graph, nodes=with_var_dtypes(graph["nodes"], known, shapes))
     _warn(policy, device_type, stats, emulate)
     summary = _summary(policy, device_type, fuse, stats, graph, len(cast), params, new_args, new_aux)
     return Conversion(to_symbol(graph, like=sym), new_args, new_aux, summary)
@@ -204,9 +209,12 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
         Node names kept in float32; a fused node too when it contains one, an op of ``fp32_ops`` or
         ``extra_fp32_ops``, or a node a conditional float32 entry matches.
     cast_params_offline : bool
-        Store parameters in the target dtype where every reader wants it (:mod:`mxnet.amp.inference.params`);
-        without it, as upstream, only those of ops that follow low precision inputs. ``cast_optional_params``,
-        ``mxnet.contrib.amp``'s name, is accepted with a ``DeprecationWarning``.
+        Store parameters in the target dtype where every reader wants it (:mod:`mxnet.amp.inference.params`),
+        and compute what the graph computes from parameters alone once, at conversion (GluonNLP's concatenated
+        query, key and value weights: :mod:`mxnet.amp.inference.constant_fold`; the results are new parameters
+        named ``NODE_folded``); without it, as upstream, only the parameters of ops that follow low precision
+        inputs are cast, and every parameter keeps its name. ``cast_optional_params``, ``mxnet.contrib.amp``'s
+        name, is accepted with a ``DeprecationWarning``.
     ctx : Context, optional
         Where the model will run (default ``mx.current_context()``): decides emulation and fusion.
     fuse : bool, optional
