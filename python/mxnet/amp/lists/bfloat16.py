@@ -36,7 +36,8 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED_ATTENTION + g.L
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.ELEMWISE_SIMPLE + g.FP16_RANGE +
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
-           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM)
+           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
+           g.PROJECT_SOFTMAX)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -133,8 +134,8 @@ NATIVE_SUBSTITUTES = {
 NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm"}, "gpu": {}}
 
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
-# list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
-FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM
+# list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics, the library LayerNorm's gamma and beta.
+FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM
 
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
@@ -142,6 +143,12 @@ REASONS = g.REASONS + (
      "this project's oneDNN 3 matrix product or convolution (libmxnet_amp): bfloat16 operands, float32 "
      "accumulation, AMX / AVX512-BF16 kernels; the rewriter puts it in place of MXNet's op (LIBRARY_KERNELS) where the "
      "CPU runs bfloat16 natively"),
+    (g.PROJECT_LAYER_NORM,
+     "this project's LayerNorm over the last axis (libmxnet_amp, oneDNN 3): runs in its data's dtype with float32 "
+     "gamma, beta and statistics"),
+    (g.PROJECT_SOFTMAX,
+     "this project's softmax and log-softmax over the last axis (libmxnet_amp): float32 math on float32 or "
+     "bfloat16 data, output in its dtype attribute or the data's"),
     (g.ONEDNN_FUSED,
      "oneDNN fused CPU op (subgraph backend): bf16 primitives on AVX-512; there is no fp16 "
      "CPU kernel"),
