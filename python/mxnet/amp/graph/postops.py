@@ -6,7 +6,7 @@ import itertools
 from typing import Any, Mapping
 
 from ..core.policy import NEUTRAL, Policy
-from ..base.op_names import MATMUL_OPS
+from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
 from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
@@ -16,6 +16,8 @@ __all__ = ["fuse_sum", "fuse_relu", "float32_library_outputs", "drop_noop_casts"
 #: Library kernels with a fused ReLU (``act_type="relu"``), and those with a fused residual sum (``with_sum``).
 _RELU_FUSING = frozenset({"amp_fully_connected", "amp_convolution"})
 _SUM_FUSING = frozenset({"amp_convolution"})
+#: Library kernels that read float32 or low precision data and write the dtype of their ``dtype`` attribute.
+_ANY_FLOAT_DATA = frozenset(LAYER_NORM_OPS + SOFTMAX_OPS)
 #: Sums of two tensors of one shape (no broadcasting).
 _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
@@ -74,9 +76,11 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
     """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
 
     A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
-    are float32: a residual sum), through dtype-neutral one-input ops (``x / sqrt(d)`` before a float32
-    softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in float32
-    (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
+    are float32: a residual sum), or the library's LayerNorm and softmax kernels with a ``dtype`` attribute
+    (which take float32 data too and still write that dtype), through dtype-neutral one-input ops (``x /
+    sqrt(d)`` before a softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in
+    float32 (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops; an attention
+    block's scores reach ``amp_softmax`` in float32.
     """
     if not any(node["op"] in MATMUL_OPS for node in graph["nodes"]):
         return graph
@@ -97,6 +101,10 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
             if node["op"] == "amp_cast":
                 if node["attrs"]["dtype"] != "float32":
                     return False
+            elif node["op"] in _ANY_FLOAT_DATA and "dtype" in node.get("attrs", {}):
+                read = [tuple(e[:2]) for e in node["inputs"]]
+                if read[0] != entry or read.count(entry) != 1:
+                    return False  # must read it as its data only (input 0): its output keeps its dtype
             elif node["op"] == "amp_multicast":
                 others = [dtypes.get(tuple(e[:2])) for e in node["inputs"] if tuple(e[:2]) != entry]
                 if not others or any(d != "float32" for d in others):

@@ -42,10 +42,10 @@ struct CpuLoops {
   void (*row_moments)(int dtype, const void* x, int64_t n, float* mean, float* var);
   /*!
    * \brief One softmax row: y[0:valid] = softmax(x[0:valid] * scale) (log-softmax with log), y[valid:n] = 0
-   *        (0 <= valid <= n); x and y float32 or bfloat16, float32 math.
+   *        (0 <= valid <= n); x and y float32 or bfloat16, float32 math and one rounding; tmp: n floats of scratch.
    */
   void (*softmax_row)(int x_dtype, const void* x, int y_dtype, void* y, int64_t valid, int64_t n, float scale,
-                      bool log);
+                      bool log, float* tmp);
   /*!
    * \brief One softmax row's gradient: dx[0:valid] = scale * y * (dy - sum(dy * y)) (log-softmax: scale * (dy -
    *        exp(y) * sum(dy))), dx[valid:n] = 0; y and dy of y_dtype, dx of dx_dtype.

@@ -458,24 +458,30 @@ inline float exp_nonpositive(float x) {
 }
 
 template <typename X, typename Y, bool kLog>
-void softmax_row_loop(const void* x, void* y, int64_t valid, int64_t n, float scale) {
+void softmax_row_loop(const void* x, void* y, int64_t valid, int64_t n, float scale, float* tmp) {
   const typename X::storage* __restrict__ p = static_cast<const typename X::storage*>(x);
   typename Y::storage* __restrict__ q = static_cast<typename Y::storage*>(y);
+  float* __restrict__ e = tmp;
   if (valid > 0) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t i = 0; i < valid; ++i) m = std::max(m, X::load(p[i]) * scale);
     float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < valid; ++i) s += exp_nonpositive(X::load(p[i]) * scale - m);
     if (kLog) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < valid; ++i) s += exp_nonpositive(X::load(p[i]) * scale - m);
       const float offset = m + std::log(s);
 #pragma omp simd
       for (int64_t i = 0; i < valid; ++i) q[i] = Y::store(X::load(p[i]) * scale - offset);
-    } else {
+    } else {  // the exponentials once, kept in float32 (one rounding of the result)
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < valid; ++i) {
+        e[i] = exp_nonpositive(X::load(p[i]) * scale - m);
+        s += e[i];
+      }
       const float inv = 1.0f / s;
 #pragma omp simd
-      for (int64_t i = 0; i < valid; ++i) q[i] = Y::store(exp_nonpositive(X::load(p[i]) * scale - m) * inv);
+      for (int64_t i = 0; i < valid; ++i) q[i] = Y::store(e[i] * inv);
     }
   }
   if (valid < n) std::memset(q + valid, 0, (n - valid) * sizeof(*q));  // +0 in float32 and bfloat16
@@ -500,8 +506,9 @@ void softmax_grad_row_loop(const void* y, const void* dy, void* dx, int64_t vali
 }
 
 template <typename A, typename B>
-void softmax_row_typed(const void* x, void* y, int64_t valid, int64_t n, float scale, bool log) {
-  return log ? softmax_row_loop<A, B, true>(x, y, valid, n, scale) : softmax_row_loop<A, B, false>(x, y, valid, n, scale);
+void softmax_row_typed(const void* x, void* y, int64_t valid, int64_t n, float scale, bool log, float* tmp) {
+  return log ? softmax_row_loop<A, B, true>(x, y, valid, n, scale, tmp)
+             : softmax_row_loop<A, B, false>(x, y, valid, n, scale, tmp);
 }
 
 template <typename A, typename B>
@@ -510,13 +517,14 @@ void softmax_grad_row_typed(const void* y, const void* dy, void* dx, int64_t val
              : softmax_grad_row_loop<A, B, false>(y, dy, dx, valid, n, scale);
 }
 
-void softmax_row(int x_dtype, const void* x, int y_dtype, void* y, int64_t valid, int64_t n, float scale, bool log) {
+void softmax_row(int x_dtype, const void* x, int y_dtype, void* y, int64_t valid, int64_t n, float scale, bool log,
+                 float* tmp) {
   if (x_dtype == kBfloat16) {
-    return y_dtype == kBfloat16 ? softmax_row_typed<BF16, BF16>(x, y, valid, n, scale, log)
-                                : softmax_row_typed<BF16, F32>(x, y, valid, n, scale, log);
+    return y_dtype == kBfloat16 ? softmax_row_typed<BF16, BF16>(x, y, valid, n, scale, log, tmp)
+                                : softmax_row_typed<BF16, F32>(x, y, valid, n, scale, log, tmp);
   }
-  return y_dtype == kBfloat16 ? softmax_row_typed<F32, BF16>(x, y, valid, n, scale, log)
-                              : softmax_row_typed<F32, F32>(x, y, valid, n, scale, log);
+  return y_dtype == kBfloat16 ? softmax_row_typed<F32, BF16>(x, y, valid, n, scale, log, tmp)
+                              : softmax_row_typed<F32, F32>(x, y, valid, n, scale, log, tmp);
 }
 
 void softmax_grad_row(int y_dtype, const void* y, const void* dy, int dx_dtype, void* dx, int64_t valid, int64_t n,

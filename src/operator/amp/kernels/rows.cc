@@ -4,6 +4,9 @@
  */
 #include "rows.h"
 
+#include <cstddef>
+#include <vector>
+
 #include "cpu_loops.h"
 #include "multi_tensor.h"
 
@@ -43,10 +46,14 @@ void cpu_row_moments(const void* x, int dtype, int64_t rows, int64_t cols, float
 void cpu_softmax_forward(const SoftmaxRows& s) {
   const CpuLoops& l = cpu_loops();
   const float scale = 1.0f / s.temperature;
-#pragma omp parallel for schedule(static) num_threads(team_for(s.rows, s.cols, s.threads))
-  for (int64_t r = 0; r < s.rows; ++r) {
-    l.softmax_row(s.src_dtype, row_at(s.src, s.src_dtype, s.cols, r), s.dst_dtype,
-                  row_at(s.dst, s.dst_dtype, s.cols, r), valid_length(s, r), s.cols, scale, s.log);
+#pragma omp parallel num_threads(team_for(s.rows, s.cols, s.threads))
+  {
+    std::vector<float> tmp(static_cast<size_t>(s.cols));  // this thread's row of exponentials
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < s.rows; ++r) {
+      l.softmax_row(s.src_dtype, row_at(s.src, s.src_dtype, s.cols, r), s.dst_dtype,
+                    row_at(s.dst, s.dst_dtype, s.cols, r), valid_length(s, r), s.cols, scale, s.log, tmp.data());
+    }
   }
 }
 
