@@ -305,9 +305,10 @@ def test_plans_put_the_kernels_in_training_and_inference_graphs(monkeypatch, op)
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")  # as on an AVX-512 CPU
     policy = make_policy("bfloat16")
     for inference in (False, True):
-        for data, out in (("bfloat16", "bfloat16"), ("float32", "float32")):
+        for data in ("bfloat16", "float32"):
             plan = plan_node(_plain_node(op, axis=-1), policy, "cpu", inference, [data, "float32", "float32"],
                              data == "bfloat16")
+            out = "float32" if "log" in op else data  # log-probabilities feed losses: float32
             assert (plan.op, plan.attrs, plan.stats_kernel) == (_ROUTED[op], {"dtype": out}, True)
     for attrs, data in (({"axis": 1}, "bfloat16"), ({}, "float16"), ({}, None), ({"output_mean_var": True}, "bfloat16"),
                         ({"dtype": "float64"}, "bfloat16")):
@@ -339,8 +340,8 @@ def test_rewrite_keeps_the_data_low_precision_and_computes_the_same(monkeypatch,
     nodes = _nodes(low)
     by_name = {n["name"]: n for n in nodes}
     ln, sm = by_name["ln"], by_name["sm"]
-    assert (ln["op"], ln["attrs"]["dtype"], sm["op"], sm["attrs"]["dtype"]) == (
-        "amp_layer_norm", "bfloat16", "amp_softmax", "bfloat16")
+    assert (ln["op"], ln["attrs"]["dtype"], sm["op"], sm["attrs"]["dtype"]) == (  # sm: the output, read as float32
+        "amp_layer_norm", "bfloat16", "amp_softmax", "float32")
     assert stats.kernels["amp_layer_norm"] == stats.kernels["amp_softmax"] == 1
     assert nodes[ln["inputs"][0][0]]["name"] == "fc1"  # bfloat16 straight from the product: no cast
     assert [nodes[i]["op"] for i, _, _ in ln["inputs"][1:]] == ["null", "null"]  # gamma, beta: float32 as stored
@@ -365,6 +366,19 @@ def test_rewrite_keeps_the_data_low_precision_and_computes_the_same(monkeypatch,
     assert got.dtype == np.float32 and np.abs(got - ref).max() <= 4 * U * np.abs(ref).max()
     for k in ref_grads:
         assert np.abs(got_grads[k] - ref_grads[k]).max() <= 8 * U * np.abs(ref_grads[k]).max(), k
+
+
+@requires_onednn3
+@requires_onednn3_bf16
+def test_a_softmax_read_only_as_float32_writes_float32(monkeypatch):
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    x = mx.sym.var("data")
+    head = mx.sym.softmax(mx.sym.FullyConnected(x, num_hidden=4, flatten=False, name="fc"), name="sm")
+    low, _ = rewrite_symbol(mx.sym.Group([head, mx.sym.LayerNorm(x, name="ln")]), make_policy("bfloat16"), "cpu")
+    nodes = _nodes(low)
+    heads = [nodes[h[0]] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]]
+    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == [("amp_softmax", "float32"), ("amp_layer_norm", "float32")]
+    assert next(n for n in nodes if n["name"] == "fc")["attrs"]["out_dtype"] == "float32"  # no bfloat16 at all
 
 
 @pytest.mark.parametrize("policy", [dict(emulate=True), dict(kernels="mxnet"), dict(target_dtype="float16")])

@@ -7,6 +7,7 @@ asks for the plan and carries it out: it routes the inputs through casts and rec
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence
 
+from .. import lists
 from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, Policy
 from .symbol_json import CAST_OPS
 
@@ -71,7 +72,8 @@ def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Option
     The node must normalise over the last axis (``axis`` -1, the default), have no extra outputs
     (``output_mean_var``) and want an output the kernel writes (``dtype`` None or float32); its data must arrive in
     the target dtype (the output is then in the target dtype: no float32 island) or in float32 (a float32
-    residual stream: the output stays float32, as before, from the faster kernel).
+    residual stream: the output stays float32, as before, from the faster kernel); log-softmax always writes float32
+    (``lists.stats_output_dtype``).
     """
     attrs = node.get("attrs", {})
     if (data_dtype not in (policy.target_dtype, "float32") or attrs.get("axis", "-1") != "-1"
@@ -81,7 +83,8 @@ def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Option
     kernel = policy.stats_kernel(node["op"], device_type, node["name"])
     if kernel is None:
         return None
-    dtype = data_dtype if attrs.get("dtype", "None") == "None" else attrs["dtype"]
+    own = attrs.get("dtype", "None")
+    dtype = lists.stats_output_dtype(policy.target_dtype, kernel, data_dtype) if own == "None" else own
     return NodePlan(FP32, None, kernel, attrs={"dtype": dtype}, stats_kernel=True)
 
 

@@ -73,16 +73,17 @@ def fuse_relu(graph: dict) -> dict:
 
 
 def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str, Any]) -> dict:
-    """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
+    """Library kernels whose output is only read as float32 write float32 (``out_dtype``; LayerNorm and softmax:
+    ``dtype``) themselves.
 
     A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
     are float32: a residual sum), or the library's LayerNorm and softmax kernels with a ``dtype`` attribute
     (which take float32 data too and still write that dtype), through dtype-neutral one-input ops (``x /
     sqrt(d)`` before a softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in
     float32 (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops; an attention
-    block's scores reach ``amp_softmax`` in float32.
+    block's scores reach ``amp_softmax`` in float32, and a softmax that is the graph's output writes float32.
     """
-    if not any(node["op"] in MATMUL_OPS for node in graph["nodes"]):
+    if not any(node["op"] in MATMUL_OPS or node["op"] in _ANY_FLOAT_DATA for node in graph["nodes"]):
         return graph
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     readers = {}
@@ -115,9 +116,14 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
                 return False
         return True
 
-    nodes = [dict(node, attrs=dict(node.get("attrs", {}), out_dtype="float32"))
-             if node["op"] in MATMUL_OPS and "out_dtype" not in node.get("attrs", {})
-             and read_as_float32((nid, 0)) else node
+    def output_attr(node):  # the attribute that sets the output's dtype, where the kernel writes low precision
+        attrs = node.get("attrs", {})
+        if node["op"] in MATMUL_OPS and "out_dtype" not in attrs:
+            return "out_dtype"
+        return "dtype" if node["op"] in _ANY_FLOAT_DATA and attrs.get("dtype") == policy.target_dtype else None
+
+    nodes = [dict(node, attrs=dict(node.get("attrs", {}), **{output_attr(node): "float32"}))
+             if output_attr(node) is not None and read_as_float32((nid, 0)) else node
              for nid, node in enumerate(graph["nodes"])]
     return dict(graph, nodes=nodes)
 

@@ -152,6 +152,10 @@ STATS_KERNELS = {
     "gpu": {},
 }
 
+# Float32-statistics kernels whose output stays float32 whatever dtype their data arrives in: log-probabilities feed
+# losses (a bfloat16 log p is off by up to 2^-8 |log p|), and no bfloat16 kernel reads them.
+STATS_FLOAT32_OUTPUTS = ("amp_log_softmax",)
+
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
 # list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics, the library LayerNorm's gamma and beta.
 FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM

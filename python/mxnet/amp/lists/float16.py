@@ -67,6 +67,7 @@ NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 
 # Library kernels of float32-list ops on low precision data (see bfloat16.STATS_KERNELS): none for float16.
 STATS_KERNELS = {"cpu": {}, "gpu": {}}
+STATS_FLOAT32_OUTPUTS = ()
 
 # The default plan per CPU class (see bfloat16.CPU_CLASS_PLANS): float16 is emulated on every CPU, since MXNet
 # 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 (Sapphire Rapids, Granite Rapids) included.

@@ -15,9 +15,9 @@
  * amp_softmax / amp_log_softmax: inputs data (float32 or bfloat16) and, with use_length=True, length (int32 or
  * int64, data's shape without the last axis: the valid prefix of each row; 0 beyond it, as MXNet's). Output in
  * dtype (float32 or bfloat16; absent or None: the data's). Attributes as softmax's: axis (-1 or the last axis),
- * temperature (None: 1), dtype, use_length. oneDNN 3's softmax (softmax_accurate, softmax_log) without lengths
- * and temperature (forward: for float32 outputs); the library's own row kernels (kernels/rows.h) otherwise, or
- * where oneDNN 3 is unavailable.
+ * temperature (None: 1), dtype, use_length. Forward: the library's row kernels (kernels/rows.h). Backward: oneDNN
+ * 3's softmax (softmax_accurate, softmax_log) without lengths and temperature, the row kernels otherwise or where
+ * oneDNN 3 is unavailable.
  * Backward: inputs [dy, data, (length,) y], outputs [ddata (the data's dtype), (zeros for length)].
  */
 #include <cmath>
@@ -308,12 +308,12 @@ MXReturnValue softmax_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
   return MX_SUCCESS;
 }
 
-// oneDNN's softmax where it serves: no lengths, temperature 1, and (forward) a float32 output: oneDNN 3.2 writes
-// bfloat16 within 2 ulps (1.84 measured), the row kernels round once, as fast (bench/bench_norms.py). Else the row
-// kernels.
+// Forward: the row kernels (faster than oneDNN 3.2's softmax on float32 and bfloat16, and one rounding of a bfloat16
+// output where oneDNN's is off by up to 1.84 ulps; bench/bench_norms.py). Backward: oneDNN's where it serves (no
+// lengths, temperature 1: twice the row kernels' speed on bfloat16), else the row kernels.
 bool run_softmax(const char* op, const SoftmaxParams& p, SoftmaxRows* s, bool forward) {
   AmpSoftmaxFn fn = onednn_softmax();
-  if (fn != nullptr && s->lengths == nullptr && p.temperature == 1.0 && (!forward || s->dst_dtype == kFloat32)) {
+  if (fn != nullptr && !forward && s->lengths == nullptr && p.temperature == 1.0) {
     AmpSoftmax a = {forward ? AMP_ROWS_FORWARD : AMP_ROWS_BACKWARD, s->log ? 1 : 0, s->src_dtype, s->dst_dtype,
                     s->rows, s->cols, s->src, s->dst, s->diff_dst, s->diff_src};
     char error[512] = {0};
