@@ -41,9 +41,9 @@ class NodePlan:
         A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first
         output is cast back to the target dtype.
     stats_kernel : bool
-        A float32-list op runs on a library kernel that reads and writes the target dtype and keeps float32
-        statistics (``amp_layer_norm``, ``amp_softmax``): its data input stays in the target dtype, its float
-        parameters are float32.
+        A float32-list op runs on a library kernel that reads the target dtype or float32 and keeps float32
+        statistics (``amp_layer_norm``, ``amp_softmax``): its data input stays as it arrives, its float parameters
+        are float32, its output has the dtype ``attrs`` gives (the data's, the node's own, or float32).
     """
 
     action: str
