@@ -8,6 +8,7 @@
  * Usage: amp_kernel_tests           run the tests, exit status 0 on success
  *        amp_kernel_tests --bench [elements]   time unscale+check against memcpy, and casts
  */
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 
 #include "../../src/operator/amp/kernels/convert.h"
 #include "../../src/operator/amp/kernels/multi_tensor.h"
+#include "../../src/operator/amp/kernels/rows.h"
 #include "../../src/operator/amp/kernels/tensor_math.h"
 
 using namespace mxnet_amp;
@@ -358,6 +360,101 @@ void test_tensor_math() {
   }
 }
 
+// Row kernels (rows.h) against float64 references: layer-norm moments, and softmax / log-softmax forward and
+// backward with lengths (0, partial, full, beyond cols, negative) and temperatures, every dtype pair, teams of 1
+// and 2; each tensor in its own exact-size block. Tolerances: float32 math, plus a bfloat16 output's rounding.
+double row_tolerance(int dtype, double ref) { return 2e-6 + (dtype == kBfloat16 ? std::fabs(ref) * 0x1p-8 : 0.0); }
+
+void test_row_moments(std::mt19937* rng) {
+  std::uniform_real_distribution<float> uni(-3.f, 3.f);
+  for (int dtype : {0, 12}) {
+    for (int64_t cols : {1, 7, 33, 513}) {
+      const int64_t rows = 5;
+      Arena arena;
+      const TensorRef x = arena.make(dtype, rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) mxnet_amp::store(x.data, dtype, i, 100.f + uni(*rng));
+      std::vector<float> mean(rows), var(rows);
+      cpu_row_moments(x.data, dtype, rows, cols, mean.data(), var.data(), 2);
+      for (int64_t r = 0; r < rows; ++r) {
+        double m = 0, v = 0;
+        for (int64_t c = 0; c < cols; ++c) m += to_float(x, r * cols + c);
+        m /= cols;
+        for (int64_t c = 0; c < cols; ++c) v += (to_float(x, r * cols + c) - m) * (to_float(x, r * cols + c) - m);
+        v /= cols;
+        CHECK_TRUE(std::fabs(mean[r] - m) <= 1e-5 * std::fabs(m) && std::fabs(var[r] - v) <= 1e-4 * v + 1e-5,
+                   "row_moments dtype %d cols %lld row %lld: %g %g vs %g %g", dtype, (long long)cols, (long long)r,
+                   mean[r], var[r], m, v);
+      }
+    }
+  }
+}
+
+void check_softmax_case(int sd, int dd, int64_t cols, float temperature, bool log, int threads, std::mt19937* rng) {
+  std::uniform_real_distribution<float> uni(-30.f, 30.f);
+  const int64_t rows = 6;
+  const int32_t lengths[rows] = {0, 1, static_cast<int32_t>(cols / 2), static_cast<int32_t>(cols),
+                                 static_cast<int32_t>(cols + 3), -2};
+  Arena arena;
+  const TensorRef x = arena.make(sd, rows * cols), y = arena.make(dd, rows * cols), dy = arena.make(dd, rows * cols);
+  const TensorRef dx = arena.make(sd, rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    mxnet_amp::store(x.data, sd, i, uni(*rng));
+    mxnet_amp::store(dy.data, dd, i, uni(*rng) / 30.f);
+  }
+  SoftmaxRows s;
+  s.rows = rows;
+  s.cols = cols;
+  s.src_dtype = sd;
+  s.dst_dtype = dd;
+  s.src = x.data;
+  s.dst = y.data;
+  s.diff_dst = dy.data;
+  s.diff_src = dx.data;
+  s.lengths = log ? nullptr : lengths;
+  s.temperature = temperature;
+  s.log = log;
+  s.threads = threads;
+  cpu_softmax_forward(s);
+  cpu_softmax_backward(s);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = log ? cols : std::min<int64_t>(std::max<int32_t>(lengths[r], 0), cols);
+    double m = -1e300, sum = 0, dot = 0, dsum = 0;
+    for (int64_t c = 0; c < n; ++c) m = std::max(m, to_float(x, r * cols + c) / (double)temperature);
+    for (int64_t c = 0; c < n; ++c) sum += std::exp(to_float(x, r * cols + c) / (double)temperature - m);
+    for (int64_t c = 0; c < n; ++c) {  // the backward reads the stored (rounded) y
+      dot += to_float(dy, r * cols + c) * to_float(y, r * cols + c);
+      dsum += to_float(dy, r * cols + c);
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const double z = to_float(x, i) / (double)temperature - m;
+      const double ref = c >= n ? 0.0 : log ? z - std::log(sum) : std::exp(z) / sum;
+      const double yv = to_float(y, i), g = to_float(dy, i);
+      const double dref = c >= n ? 0.0 : (log ? g - std::exp(yv) * dsum : yv * (g - dot)) / temperature;
+      CHECK_TRUE(std::fabs(to_float(y, i) - ref) <= row_tolerance(dd, ref) * (log ? 30 : 1),
+                 "softmax %d->%d cols %lld t %g log %d row %lld col %lld: %g vs %g", sd, dd, (long long)cols,
+                 temperature, log, (long long)r, (long long)c, to_float(y, i), ref);
+      CHECK_TRUE(std::fabs(to_float(dx, i) - dref) <= row_tolerance(sd, dref) + 1e-5 * (std::fabs(dot) + 1),
+                 "softmax grad %d->%d cols %lld t %g log %d row %lld col %lld: %g vs %g", sd, dd, (long long)cols,
+                 temperature, log, (long long)r, (long long)c, to_float(dx, i), dref);
+    }
+  }
+}
+
+void test_rows() {
+  std::mt19937 rng(11);
+  test_row_moments(&rng);
+  for (int sd : {0, 12}) {
+    for (int dd : {0, 12}) {
+      for (int64_t cols : {1, 7, 33, 130}) {
+        for (float t : {1.0f, 0.5f, -2.0f}) {
+          for (bool log : {false, true}) check_softmax_case(sd, dd, cols, t, log, cols == 33 ? 2 : 1, &rng);
+        }
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--bench") {
     return bench(argc > 2 ? std::atoll(argv[2]) : 100000000LL);
@@ -367,6 +464,7 @@ int main(int argc, char** argv) {
   test_cast_all_pairs_sizes_offsets();
   test_cast_many_tensors();
   test_tensor_math();
+  test_rows();
   for (uint32_t seed = 0; seed < 4; ++seed) {
     test_unscale(1.0f / 65536, false, seed);
     test_unscale(1.0f, false, seed);

@@ -318,7 +318,8 @@ def test_native_devices_route_matmuls_to_the_library(monkeypatch):
     ops = _ops(low)
     assert ops.count("amp_fully_connected") == 2 and ops.count("amp_batch_dot") == 2
     assert "FullyConnected" not in ops and "batch_dot" not in ops
-    assert dict(stats.kernels) == {"amp_fully_connected": 2, "amp_batch_dot": 2}
+    # and the attention's softmax on the library's (tests/python/unittest/test_norm_kernels.py)
+    assert dict(stats.kernels) == {"amp_fully_connected": 2, "amp_batch_dot": 2, "amp_softmax": 1}
     assert dict(stats.lp16_modes) == {"native": 4}
     low, stats = rewrite_symbol(_attention_symbol(), mxnet, "cpu")
     assert "amp_batch_dot" not in _ops(low) and not stats.kernels
@@ -361,8 +362,8 @@ def test_emulating_devices_run_the_library_float32_kernels(monkeypatch):
 @requires_onednn3
 @requires_onednn3_bf16
 def test_products_read_only_as_float32_write_float32(monkeypatch):
-    # qk feeds softmax (float32) through a division, av the float32 output: both write float32 (no bf16
-    # division, no cast); q feeds two bf16 products and stays bf16.
+    # qk feeds softmax (amp_softmax, which takes float32 scores and writes bfloat16) through a division, av the
+    # float32 output: both write float32 (no bf16 division, no cast); q feeds two bf16 products and stays bf16.
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     low, _ = rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu")
     nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
@@ -372,8 +373,8 @@ def test_products_read_only_as_float32_write_float32(monkeypatch):
     assert qk["attrs"]["out_dtype"] == av["attrs"]["out_dtype"] == "float32" and "out_dtype" not in q["attrs"]
     assert "amp_cast" not in {nodes[h[0]]["op"] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]}
     div = next(i for i, n in enumerate(nodes) if n["op"] == "_div_scalar")
-    softmax = next(n for n in nodes if n["op"] == "softmax")
-    assert softmax["inputs"][0][0] == div  # no cast between them any more
+    softmax = next(n for n in nodes if n["op"] == "amp_softmax")
+    assert softmax["inputs"][0][0] == div and softmax["attrs"]["dtype"] == "bfloat16"  # no cast between them
 
 
 @requires_onednn3
@@ -427,9 +428,10 @@ def test_conversion_summary_names_the_library_kernels(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     params = _params(_attention_symbol(), data=(2, 3, 6))
     out = C.convert(_attention_symbol(), params, None, "bfloat16", fuse=False)
-    assert dict(out.summary.kernels) == {"amp_batch_dot": 2, "amp_fully_connected": 2}
-    assert out.summary.as_dict()["kernels"] == {"amp_batch_dot": 2, "amp_fully_connected": 2}
-    assert "on this project's oneDNN 3 kernels: amp_batch_dot 2, amp_fully_connected 2" in out.summary.format()
+    kernels = {"amp_batch_dot": 2, "amp_fully_connected": 2, "amp_softmax": 1}
+    assert dict(out.summary.kernels) == kernels and out.summary.as_dict()["kernels"] == kernels
+    assert ("on this project's oneDNN 3 kernels: amp_batch_dot 2, amp_fully_connected 2, amp_softmax 1"
+            in out.summary.format())
     assert not C.convert(_attention_symbol(), params, None, "bfloat16", fuse=False, kernels="mxnet").summary.kernels
     # without parameters the library's ops could not bind from the data shape alone: MXNet's kernels
     assert not C.convert(_attention_symbol(), None, None, "bfloat16", fuse=False).summary.kernels

@@ -3,8 +3,11 @@ hardware detection."""
 import pytest
 
 from mxnet.amp import lists
+from mxnet.amp.core import cpu
 from mxnet.amp.core.policy import EMULATED, FLOAT32, NATIVE, make_policy
-from mxnet.amp.core.support import native_support
+from mxnet.amp.core.support import library_ready, native_support
+
+from amp_testing import cpuinfo_of_class
 
 
 @pytest.mark.parametrize("forced, bf16_cpu", [("1", False), ("0", True)])
@@ -37,3 +40,22 @@ def test_keep_lp16_outputs_is_validated():
     assert make_policy("bfloat16", keep_lp16_outputs=True).keep_lp16_outputs is True
     with pytest.raises(ValueError, match="keep_lp16_outputs must be True or False, got 'yes'"):
         make_policy("bfloat16", keep_lp16_outputs="yes")
+
+
+def test_stats_kernels_only_on_native_classes_with_the_library_kernels(tmp_path, monkeypatch):
+    """LayerNorm and softmax run on the library's float32-statistics kernels on classes (c) and (d) only, never
+    where the user keeps them float32, emulates, picks MXNet's kernels or targets float16."""
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    ready = library_ready("bfloat16")
+    for cls in "abcd":
+        monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, cls))
+        want = "amp_layer_norm" if cls in "cd" and ready else None
+        assert make_policy("bfloat16").stats_kernel("LayerNorm", "cpu") == want, cls
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    want = "amp_softmax" if ready else None
+    assert make_policy("bfloat16").stats_kernel("softmax", "cpu") == want
+    for policy in (make_policy("bfloat16", emulate=True), make_policy("bfloat16", kernels="mxnet"),
+                   make_policy("float16"), make_policy("bfloat16", extra_fp32_ops=["softmax"]),
+                   make_policy("bfloat16", fp32_ops=["softmax"])):
+        assert policy.stats_kernel("softmax", "cpu") is None and policy.stats_kernel("softmax", "gpu") is None
+    assert make_policy("bfloat16", excluded_sym_names=["sm"]).stats_kernel("softmax", "cpu", "sm") is None

@@ -4,7 +4,7 @@ Plain data, no imports: :mod:`.library` checks and loads them, :mod:`mxnet.amp.l
 the operator categories, the graph passes recognise them.
 """
 
-__all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "ALL_OPS"]
+__all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "LAYER_NORM_OPS", "SOFTMAX_OPS", "ALL_OPS"]
 
 #: The multi-tensor casts and updates, the loss scaler's step and the emulation rounding.
 MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast",
@@ -18,5 +18,13 @@ BATCH_NORM_OPS = ("amp_batch_norm",)
 MATMUL_OPS = ("amp_batch_dot", "amp_convolution", "amp_deconvolution", "amp_encdec_qk", "amp_encdec_valatt",
               "amp_fully_connected", "amp_matmul", "amp_selfatt_qk", "amp_selfatt_valatt")
 
+#: LayerNorm over the last axis on float32 or bfloat16 data, float32 parameters and statistics (oneDNN 3: needs
+#: libmxnet_amp_onednn.so).
+LAYER_NORM_OPS = ("amp_layer_norm",)
+
+#: Softmax and log-softmax over the last axis on float32 or bfloat16 data, float32 math (oneDNN 3 where loaded, else
+#: the library's own row kernels, which also serve lengths and temperatures).
+SOFTMAX_OPS = ("amp_log_softmax", "amp_softmax")
+
 #: Every op of the library.
-ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS
+ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS

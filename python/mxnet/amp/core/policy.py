@@ -28,9 +28,10 @@ DISABLED_ATTR = "__amp_disabled__"
 # How a low precision (LP16) op runs on a device: see Policy.lp16_mode.
 NATIVE, EMULATED, FLOAT32 = "native", "emulated", "float32"
 
-#: Whose kernels run the matrix products, convolutions and (in training graphs) BatchNorm: "auto" -- this project's
-#: where the lists map the op to one (``lists.library_kernels``, ``lists.neutral_kernels``), the device runs the
-#: dtype natively and the library's oneDNN 3 is loaded, else MXNet's; "mxnet" -- always MXNet's.
+#: Whose kernels run the matrix products, convolutions, LayerNorm and softmax, and (in training graphs) BatchNorm:
+#: "auto" -- this project's where the lists map the op to one (``lists.library_kernels``, ``lists.stats_kernels``,
+#: ``lists.neutral_kernels``), the device runs the dtype natively and the library's oneDNN 3 is loaded, else
+#: MXNet's; "mxnet" -- always MXNet's.
 KERNELS = ("auto", "mxnet")
 
 _CATEGORY_ACTION = {"lp16": LP16, "fp32": FP32, "neutral": NEUTRAL, "widest": WIDEST, "loss_output": FP32}
@@ -75,8 +76,8 @@ class Policy:
         Leave graph outputs in ``target_dtype`` where the last op ran in it. By default every output comes
         back in its original dtype (float32), as from the float32 graph.
     kernels : {'auto', 'mxnet'}
-        Whose kernels run the matrix products, convolutions and BatchNorm (:data:`KERNELS`, :meth:`library_kernel`,
-        :meth:`neutral_kernel`).
+        Whose kernels run the matrix products, convolutions, LayerNorm, softmax and BatchNorm (:data:`KERNELS`,
+        :meth:`library_kernel`, :meth:`stats_kernel`, :meth:`neutral_kernel`).
     """
 
     target_dtype: str
@@ -213,6 +214,21 @@ class Policy:
         if not self._runs_native(device_type) or self.kernels != "auto":
             return None
         return lists.neutral_kernels(self.target_dtype, device_type).get(op)
+
+    def stats_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
+        """The library op that runs float32-list op ``op`` on target-dtype data with float32 statistics on
+        ``device_type`` (``lists.stats_kernels``: ``LayerNorm`` -> ``amp_layer_norm``, ``softmax`` ->
+        ``amp_softmax``), or None.
+
+        Where the graph runs natively there, ``kernels="auto"`` and the library's oneDNN 3 takes the target dtype
+        (:func:`mxnet.amp.core.support.library_ready`); never for an op (or node ``name``) the user keeps in float32
+        (``extra_fp32_ops``, a given ``fp32_ops``, ``excluded_sym_names``).
+        """
+        kernel = lists.stats_kernels(self.target_dtype, device_type).get(op)
+        if (kernel is None or self.kernels != "auto" or not self._runs_native(device_type)
+                or op in self.extra_fp32_ops or self.fp32_ops is not None or name in self.excluded_sym_names):
+            return None
+        return kernel if library_ready(self.target_dtype) else None
 
     def neutral_in_float32(self, op: str, device_type: str) -> bool:
         """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``

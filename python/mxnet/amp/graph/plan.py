@@ -7,6 +7,7 @@ asks for the plan and carries it out: it routes the inputs through casts and rec
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence
 
+from .. import lists
 from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, Policy
 from .symbol_json import CAST_OPS
 
@@ -39,6 +40,10 @@ class NodePlan:
     float32_island : bool
         A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first
         output is cast back to the target dtype.
+    stats_kernel : bool
+        A float32-list op runs on a library kernel that reads the target dtype or float32 and keeps float32
+        statistics (``amp_layer_norm``, ``amp_softmax``): its data input stays as it arrives, its float parameters
+        are float32, its output has the dtype ``attrs`` gives (the data's, the node's own, or float32).
     """
 
     action: str
@@ -48,6 +53,7 @@ class NodePlan:
     followed: bool = False
     neutral_kernel: bool = False
     float32_island: bool = False
+    stats_kernel: bool = False
 
     @property
     def emulated(self) -> bool:
@@ -58,6 +64,28 @@ class NodePlan:
 def kernel_op(op: str, policy: Policy, device_type: str, mode: str) -> str:
     """The op that runs low precision ``op`` in ``mode``: the library's kernel where the policy picks one."""
     return policy.kernel(op, device_type, mode) or op
+
+
+def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Optional[str]) -> Optional[NodePlan]:
+    """The plan of a float32-list node that runs on its float32-statistics kernel (``lists.stats_kernels``), or None.
+
+    The node must normalise over the last axis (``axis`` -1, the default), have no extra outputs
+    (``output_mean_var``) and want an output the kernel writes (``dtype`` None or float32); its data must arrive in
+    the target dtype (the output is then in the target dtype: no float32 island) or in float32 (a float32
+    residual stream: the output stays float32, as before, from the faster kernel); log-softmax always writes float32
+    (``lists.stats_output_dtype``).
+    """
+    attrs = node.get("attrs", {})
+    if (data_dtype not in (policy.target_dtype, "float32") or attrs.get("axis", "-1") != "-1"
+            or attrs.get("output_mean_var", "False") not in _FALSE
+            or attrs.get("dtype", "None") not in ("None", "float32")):
+        return None
+    kernel = policy.stats_kernel(node["op"], device_type, node["name"])
+    if kernel is None:
+        return None
+    own = attrs.get("dtype", "None")
+    dtype = lists.stats_output_dtype(policy.target_dtype, kernel, data_dtype) if own == "None" else own
+    return NodePlan(FP32, None, kernel, attrs={"dtype": dtype}, stats_kernel=True)
 
 
 def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
@@ -82,6 +110,9 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
     if op in CAST_OPS:
         return NodePlan(NEUTRAL, None, op)
     action = policy.action(op, attrs, node["name"])
+    stats = _stats_plan(node, policy, device_type, input_dtypes[0]) if action == FP32 and input_dtypes else None
+    if stats is not None:
+        return stats
     followed = action == FOLLOW and any_low
     if action == FOLLOW:
         action = LP16 if any_low else NEUTRAL

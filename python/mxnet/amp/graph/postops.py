@@ -6,7 +6,7 @@ import itertools
 from typing import Any, Mapping
 
 from ..core.policy import NEUTRAL, Policy
-from ..base.op_names import MATMUL_OPS
+from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
 from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
@@ -19,6 +19,8 @@ _SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected"})
 #: (op, act_type) of the activation nodes that fuse -> the library's act_type.
 _ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "relu",
                 ("LeakyReLU", "gelu"): "gelu", ("_npx_leaky_relu", "gelu"): "gelu"}
+#: Library kernels that read float32 or low precision data and write the dtype of their ``dtype`` attribute.
+_ANY_FLOAT_DATA = frozenset(LAYER_NORM_OPS + SOFTMAX_OPS)
 #: Sums of two tensors of one shape (no broadcasting).
 _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
@@ -77,14 +79,17 @@ def fuse_activation(graph: dict) -> dict:
 
 
 def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str, Any]) -> dict:
-    """Library kernels whose output is only read as float32 write float32 (``out_dtype``) themselves.
+    """Library kernels whose output is only read as float32 write float32 (``out_dtype``; LayerNorm and softmax:
+    ``dtype``) themselves.
 
     A product whose readers are casts to float32 (``amp_cast``, or an ``amp_multicast`` whose other inputs
-    are float32: a residual sum), through dtype-neutral one-input ops (``x / sqrt(d)`` before a float32
-    softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in float32
-    (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops.
+    are float32: a residual sum), or the library's LayerNorm and softmax kernels with a ``dtype`` attribute
+    (which take float32 data too and still write that dtype), through dtype-neutral one-input ops (``x /
+    sqrt(d)`` before a softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in
+    float32 (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops; an attention
+    block's scores reach ``amp_softmax`` in float32, and a softmax that is the graph's output writes float32.
     """
-    if not any(node["op"] in MATMUL_OPS for node in graph["nodes"]):
+    if not any(node["op"] in MATMUL_OPS or node["op"] in _ANY_FLOAT_DATA for node in graph["nodes"]):
         return graph
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     readers = {}
@@ -103,6 +108,10 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
             if node["op"] == "amp_cast":
                 if node["attrs"]["dtype"] != "float32":
                     return False
+            elif node["op"] in _ANY_FLOAT_DATA and "dtype" in node.get("attrs", {}):
+                read = [tuple(e[:2]) for e in node["inputs"]]
+                if read[0] != entry or read.count(entry) != 1:
+                    return False  # must read it as its data only (input 0): its output keeps its dtype
             elif node["op"] == "amp_multicast":
                 others = [dtypes.get(tuple(e[:2])) for e in node["inputs"] if tuple(e[:2]) != entry]
                 if not others or any(d != "float32" for d in others):
@@ -113,9 +122,14 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
                 return False
         return True
 
-    nodes = [dict(node, attrs=dict(node.get("attrs", {}), out_dtype="float32"))
-             if node["op"] in MATMUL_OPS and "out_dtype" not in node.get("attrs", {})
-             and read_as_float32((nid, 0)) else node
+    def output_attr(node):  # the attribute that sets the output's dtype, where the kernel writes low precision
+        attrs = node.get("attrs", {})
+        if node["op"] in MATMUL_OPS and "out_dtype" not in attrs:
+            return "out_dtype"
+        return "dtype" if node["op"] in _ANY_FLOAT_DATA and attrs.get("dtype") == policy.target_dtype else None
+
+    nodes = [dict(node, attrs=dict(node.get("attrs", {}), **{output_attr(node): "float32"}))
+             if output_attr(node) is not None and read_as_float32((nid, 0)) else node
              for nid, node in enumerate(graph["nodes"])]
     return dict(graph, nodes=nodes)
 

@@ -70,7 +70,7 @@ class _Rewrite:
         if plan.mode is not None:
             stats.lp16_modes[plan.mode] += 1
         stats.actions[plan.action] += 1
-        if plan.op in MATMUL_OPS and plan.action == LP16 or plan.neutral_kernel:
+        if plan.op in MATMUL_OPS and plan.action == LP16 or plan.neutral_kernel or plan.stats_kernel:
             stats.kernels[plan.op] += 1
 
     def defers(self, node: dict, plan: NodePlan, inputs: List[Entry]) -> bool:
@@ -86,6 +86,10 @@ class _Rewrite:
         build, target = self.build, self.target
         if plan.neutral_kernel:
             return [inputs[0]] + [build.cast(e, "float32") for e in inputs[1:]] + [build.mode_flag()]
+        if plan.stats_kernel:  # the data as it arrives (target dtype or float32); the rest as the kernel wants them
+            wants = lp_input_dtypes(dict(node, op=plan.op), target)
+            return [inputs[0]] + [build.cast(e, want) if want in FLOAT_RANK else e
+                                  for e, want in zip(inputs[1:], wants[1:])]
         if plan.action == LP16:
             low = build.round_trip if plan.emulated else build.cast
             return [low(e, target) if want in (None, target) else
@@ -126,7 +130,7 @@ class _Rewrite:
                    inputs=[[nid, idx, 0] for nid, idx in inputs])
         if plan.attrs:
             new["attrs"] = dict(node.get("attrs", {}), **plan.attrs)
-        carries_low = plan.action == LP16 or (
+        carries_low = plan.action == LP16 or (plan.stats_kernel and plan.attrs["dtype"] == self.target) or (
             plan.action in (NEUTRAL, WIDEST) and node["op"] not in CAST_OPS and bool(inputs)
             and "dtype" not in node.get("attrs", {})
             and (any if plan.action == NEUTRAL else all)(self.is_low(e) for e in inputs))

@@ -111,14 +111,17 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
               "amp_selfatt_qk": "_contrib_interleaved_matmul_selfatt_qk",
               "amp_selfatt_valatt": "_contrib_interleaved_matmul_selfatt_valatt",
               "amp_encdec_qk": "_contrib_interleaved_matmul_encdec_qk",
-              "amp_encdec_valatt": "_contrib_interleaved_matmul_encdec_valatt"}
+              "amp_encdec_valatt": "_contrib_interleaved_matmul_encdec_valatt",
+              "amp_layer_norm": "LayerNorm", "amp_softmax": "softmax", "amp_log_softmax": "log_softmax"}
 
 
 def _mxnet_kernels(gdict):
     """``gdict`` with this project's oneDNN 3 ops as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
     float32: the same values, unrounded; a fused residual sum (``with_sum``) an ``elemwise_add`` after the op,
-    and a fused ``act_type`` an ``Activation`` after that."""
+    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``) after that. LayerNorm and softmax kernels with a ``dtype``
+    (float32 statistics, output in that dtype) become MXNet's op on their data cast to float32, cast to
+    ``dtype`` after."""
     counts = num_outputs(gdict)
     nodes, new_counts, remap = [], [], {}
 
@@ -137,14 +140,21 @@ def _mxnet_kernels(gdict):
         attrs = dict(node.get("attrs", {}))
         act = attrs.pop("act_type", None)
         addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
-        if attrs.pop("out_dtype", None) == "float32":
+        out_dtype = attrs.pop("dtype", "None")
+        if attrs.pop("out_dtype", None) == "float32" or out_dtype != "None":
+            cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
             inputs = [add({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
-                           "attrs": {"dtype": "float32"}}, [entry]) for k, entry in enumerate(inputs)]
+                           "attrs": {"dtype": "float32"}}, [entry]) if k < cast else entry
+                      for k, entry in enumerate(inputs)]
         out = add(dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs), inputs)
+        if out_dtype not in ("None", "float32"):
+            out = add({"op": "amp_cast", "name": node["name"] + "_" + out_dtype, "attrs": {"dtype": out_dtype}},
+                      [out])
         if addend is not None:
             out = add({"op": "elemwise_add", "name": node["name"] + "_sum", "attrs": {}}, [out, addend])
-        if act is not None:
-            out = add({"op": "Activation", "name": node["name"] + "_" + act, "attrs": {"act_type": act}}, [out])
+        if act is not None:  # MXNet's GELU is LeakyReLU's
+            out = add({"op": "LeakyReLU" if act == "gelu" else "Activation", "name": node["name"] + "_" + act,
+                       "attrs": {"act_type": act}}, [out])
         remap[(nid, 0)] = out
     return assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
 

@@ -36,7 +36,8 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED_ATTENTION + g.L
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.ELEMWISE_SIMPLE + g.FP16_RANGE +
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
-           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM)
+           g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
+           g.PROJECT_SOFTMAX)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -137,9 +138,32 @@ NATIVE_SUBSTITUTES = {
 # 0.25 s). Inference conversion folds BatchNorm into the convolution before it instead.
 NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm"}, "gpu": {}}
 
+# Float32-list op -> the library kernel that runs it on target-dtype data with float32 statistics, per device type:
+# "float32-statistics kernels", used in training and inference graphs alike where the device runs bfloat16 natively,
+# the policy has kernels="auto" and the library's oneDNN 3 takes bfloat16. Their data input stays bfloat16 (no cast),
+# gamma and beta stay float32, the output is bfloat16, in place of the float32 island (casts to float32, MXNet's
+# float32 kernel) that kept float32 copies of the activations for backward. In a transformer block that island
+# with its casts was about a quarter of the time (AMD EPYC, class c). The rewriter routes a node only where its
+# attributes fit the kernel (the last axis; no output_mean_var; softmax dtype None or float32).
+STATS_KERNELS = {
+    "cpu": {
+        "LayerNorm": "amp_layer_norm",
+        "_npx_layer_norm": "amp_layer_norm",
+        "softmax": "amp_softmax",
+        "_npx_softmax": "amp_softmax",
+        "log_softmax": "amp_log_softmax",
+        "_npx_log_softmax": "amp_log_softmax",
+    },
+    "gpu": {},
+}
+
+# Float32-statistics kernels whose output stays float32 whatever dtype their data arrives in: log-probabilities feed
+# losses (a bfloat16 log p is off by up to 2^-8 |log p|), and no bfloat16 kernel reads them.
+STATS_FLOAT32_OUTPUTS = ("amp_log_softmax",)
+
 # Ops whose parameters stay float32 while the data is low precision (MXNet 2.0's
-# list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics.
-FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM
+# list_lp16_use_fp32_params): BatchNorm's gamma, beta and statistics, the library LayerNorm's gamma and beta.
+FP32_PARAM_OPS = g.BATCH_NORM + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM
 
 # (ops, why) pairs: every op above appears in exactly one of them.
 REASONS = g.REASONS + (
@@ -147,6 +171,14 @@ REASONS = g.REASONS + (
      "this project's oneDNN 3 matrix product or convolution (libmxnet_amp): bfloat16 operands, float32 "
      "accumulation, AMX / AVX512-BF16 kernels; the rewriter puts it in place of MXNet's op (LIBRARY_KERNELS) where the "
      "CPU runs bfloat16 natively"),
+    (g.PROJECT_LAYER_NORM,
+     "this project's LayerNorm over the last axis (libmxnet_amp, oneDNN 3): runs in its data's dtype with float32 "
+     "gamma, beta and statistics; the rewriter puts it in place of LayerNorm where the CPU runs bfloat16 natively "
+     "(STATS_KERNELS)"),
+    (g.PROJECT_SOFTMAX,
+     "this project's softmax and log-softmax over the last axis (libmxnet_amp): float32 math on float32 or "
+     "bfloat16 data, output in its dtype attribute or the data's; the rewriter puts them in place of softmax "
+     "where the CPU runs bfloat16 natively (STATS_KERNELS)"),
     (g.ONEDNN_FUSED,
      "oneDNN fused CPU op (subgraph backend): bf16 primitives on AVX-512; there is no fp16 "
      "CPU kernel"),

@@ -25,7 +25,7 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED + g.ONEDNN_FUSE
         g.KL_SPARSITY_REGULARIZER + g.LOSSES + g.FP16_RANGE + g.EXP_LOG_POW + g.TRANSCENDENTAL +
         g.REDUCTIONS + g.SORT + g.FP32_INDEX_KERNELS + g.CROP + g.RANDOM_DENSITY + g.CUSTOM +
         g.QUANTIZE + g.QUANTIZED + g.DETECTION + g.SPATIAL_SAMPLING + g.NUMPY_HYPOT + g.AROUND +
-        g.FFT)
+        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX)
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE +
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
@@ -65,6 +65,10 @@ NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
 # which runs natively on GPUs only.
 NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 
+# Library kernels of float32-list ops on low precision data (see bfloat16.STATS_KERNELS): none for float16.
+STATS_KERNELS = {"cpu": {}, "gpu": {}}
+STATS_FLOAT32_OUTPUTS = ()
+
 # The default plan per CPU class (see bfloat16.CPU_CLASS_PLANS): float16 is emulated on every CPU, since MXNet
 # 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 (Sapphire Rapids, Granite Rapids) included.
 CPU_CLASS_PLANS = {name: ("emulated", "MXNet 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 "
@@ -83,6 +87,9 @@ REASONS = g.REASONS + (
     (g.PROJECT_MATMUL,
      "this project's oneDNN 3 matrix product (libmxnet_amp): float32 or bfloat16 operands only, no float16 "
      "kernel: fp32"),
+    (g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX,
+     "this project's LayerNorm and softmaxes over the last axis (libmxnet_amp): float32 or bfloat16 data only, no "
+     "float16 kernel: fp32"),
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),
     (g.BLAS_MATMUL, "matmul-like: cuBLAS/tensor-core GEMM in fp16 with fp32 accumulation"),
     (g.ATTENTION_GEMM, "attention GEMM (cuBLAS strided batched GEMM) in fp16"),

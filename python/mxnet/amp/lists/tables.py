@@ -16,8 +16,8 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "neutral_kernels", "cpu_class_plan", "native_substitutes",
-           "is_library_kernel", "commutes_with_rounding"]
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype",
+           "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -111,6 +111,9 @@ class DtypeTable:
                                                     for dev, ops in module.NATIVE_SUBSTITUTES.items()})
         self.neutral_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                  for dev, ops in module.NEUTRAL_KERNELS.items()})
+        self.stats_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                               for dev, ops in module.STATS_KERNELS.items()})
+        self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
 
 
@@ -366,6 +369,31 @@ def neutral_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
         For an unknown dtype or device type.
     """
     return _for_device(dtype_table(dtype).neutral_kernels, device_type)
+
+
+def stats_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
+    """Return ``{op: library op}``: float32-list ops whose library kernel reads and writes ``dtype`` data and keeps
+    float32 statistics, used in training and inference graphs where ``device_type`` runs ``dtype`` natively
+    (``LayerNorm`` -> ``amp_layer_norm``, ``softmax`` -> ``amp_softmax`` on CPUs, for bfloat16).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(dtype_table(dtype).stats_kernels, device_type)
+
+
+def stats_output_dtype(dtype: Any, kernel: str, data_dtype: str) -> str:
+    """Return the dtype float32-statistics ``kernel`` writes in a ``dtype`` graph for data of ``data_dtype``: the
+    data's, except for the kernels that always write float32 (``amp_log_softmax``: log-probabilities feed losses).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype.
+    """
+    return "float32" if kernel in dtype_table(dtype).stats_float32_outputs else data_dtype
 
 
 def cpu_class_plan(dtype: Any, class_name: str) -> Tuple[str, str]:

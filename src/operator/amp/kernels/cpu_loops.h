@@ -38,6 +38,20 @@ struct CpuLoops {
                           double* sdyx);
   /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype. */
   void (*bn_grad_apply)(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c);
+  /*! \brief Mean and biased variance of x[0:n] (float32 or bfloat16), n > 0: a layer normalisation's row. */
+  void (*row_moments)(int dtype, const void* x, int64_t n, float* mean, float* var);
+  /*!
+   * \brief One softmax row: y[0:valid] = softmax(x[0:valid] * scale) (log-softmax with log), y[valid:n] = 0
+   *        (0 <= valid <= n); x and y float32 or bfloat16, float32 math and one rounding; tmp: n floats of scratch.
+   */
+  void (*softmax_row)(int x_dtype, const void* x, int y_dtype, void* y, int64_t valid, int64_t n, float scale,
+                      bool log, float* tmp);
+  /*!
+   * \brief One softmax row's gradient: dx[0:valid] = scale * y * (dy - sum(dy * y)) (log-softmax: scale * (dy -
+   *        exp(y) * sum(dy))), dx[valid:n] = 0; y and dy of y_dtype, dx of dx_dtype.
+   */
+  void (*softmax_grad_row)(int y_dtype, const void* y, const void* dy, int dx_dtype, void* dx, int64_t valid,
+                           int64_t n, float scale, bool log);
 };
 
 /*! \brief The table of the best instruction set of this CPU (chosen once). */

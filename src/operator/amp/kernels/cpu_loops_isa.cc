@@ -5,7 +5,9 @@
  * Compiled once per instruction set with AMP_ISA set to baseline, avx2 or avx512 (see CMakeLists.txt);
  * each copy lives in its own namespace so the copies never mix at link time.
  */
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__F16C__)
@@ -410,8 +412,134 @@ void bn_grad_apply(int dtype, const void* dy, const void* x, void* dx, int64_t n
   }
 }
 
-const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast, unscale, update, bn_moments, bn_affine, bn_grad_moments,
-                         bn_grad_apply};
+// Rows over the last axis (rows.h): layer normalisation statistics and softmax, float32 math.
+template <typename T>
+void row_moments_loop(const void* x, int64_t n, float* mean, float* var) {
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += T::load(p[i]);
+  const float m = s / static_cast<float>(n);
+  float q = 0.0f;  // about the mean: no cancellation when |mean| >> std
+#pragma omp simd reduction(+ : q)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = T::load(p[i]) - m;
+    q += d * d;
+  }
+  *mean = m;
+  *var = q / static_cast<float>(n);
+}
+
+void row_moments(int dtype, const void* x, int64_t n, float* mean, float* var) {
+  if (dtype == kBfloat16) return row_moments_loop<BF16>(x, n, mean, var);
+  return row_moments_loop<F32>(x, n, mean, var);
+}
+
+// exp(x) for x <= 0 (Cephes' expf: 2^k times a degree-6 polynomial on |r| <= ln(2) / 2, within 1e-7 relative);
+// 0 below -87.3 (float32's normal range), NaN for NaN. Branch-free, without calls, so that the row loops vectorise: k is rounded
+// by adding 1.5 * 2^23 (its bits then hold k), and the result is picked with a bit mask (the compiler may not
+// if-convert a conditional product, which could trap).
+inline float exp_nonpositive(float x) {
+  const float c = std::max(x, -87.33654f);
+  const float t = c * 1.44269504088896341f + 12582912.0f;
+  const float k = t - 12582912.0f;
+  const int32_t ki = __builtin_bit_cast(int32_t, t) - 0x4B400000;
+  float r = c - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = (p * z + r + 1.0f) * __builtin_bit_cast(float, (ki + 127) << 23);
+  return __builtin_bit_cast(float, select_u32(!(x < -87.33654f), __builtin_bit_cast(uint32_t, e), 0u));  // NaN stays
+}
+
+template <typename X, typename Y, bool kLog>
+void softmax_row_loop(const void* x, void* y, int64_t valid, int64_t n, float scale, float* tmp) {
+  const typename X::storage* __restrict__ p = static_cast<const typename X::storage*>(x);
+  typename Y::storage* __restrict__ q = static_cast<typename Y::storage*>(y);
+  float* __restrict__ e = tmp;
+  if (valid > 0) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < valid; ++i) m = std::max(m, X::load(p[i]) * scale);
+    float s = 0.0f;
+    if (kLog) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < valid; ++i) s += exp_nonpositive(X::load(p[i]) * scale - m);
+      const float offset = m + std::log(s);
+#pragma omp simd
+      for (int64_t i = 0; i < valid; ++i) q[i] = Y::store(X::load(p[i]) * scale - offset);
+    } else {  // the exponentials once, kept in float32 (one rounding of the result)
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < valid; ++i) {
+        e[i] = exp_nonpositive(X::load(p[i]) * scale - m);
+        s += e[i];
+      }
+      const float inv = 1.0f / s;
+#pragma omp simd
+      for (int64_t i = 0; i < valid; ++i) q[i] = Y::store(e[i] * inv);
+    }
+  }
+  if (valid < n) std::memset(q + valid, 0, (n - valid) * sizeof(*q));  // +0 in float32 and bfloat16
+}
+
+template <typename Y, typename D, bool kLog>
+void softmax_grad_row_loop(const void* y, const void* dy, void* dx, int64_t valid, int64_t n, float scale) {
+  const typename Y::storage* __restrict__ p = static_cast<const typename Y::storage*>(y);
+  const typename Y::storage* __restrict__ g = static_cast<const typename Y::storage*>(dy);
+  typename D::storage* __restrict__ q = static_cast<typename D::storage*>(dx);
+  float s = 0.0f;  // sum(dy * y), or sum(dy) for log-softmax
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < valid; ++i) s += kLog ? Y::load(g[i]) : Y::load(g[i]) * Y::load(p[i]);
+  if (kLog) {
+#pragma omp simd
+    for (int64_t i = 0; i < valid; ++i) q[i] = D::store(scale * (Y::load(g[i]) - exp_nonpositive(Y::load(p[i])) * s));
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < valid; ++i) q[i] = D::store(scale * Y::load(p[i]) * (Y::load(g[i]) - s));
+  }
+  if (valid < n) std::memset(q + valid, 0, (n - valid) * sizeof(*q));
+}
+
+template <typename A, typename B>
+void softmax_row_typed(const void* x, void* y, int64_t valid, int64_t n, float scale, bool log, float* tmp) {
+  return log ? softmax_row_loop<A, B, true>(x, y, valid, n, scale, tmp)
+             : softmax_row_loop<A, B, false>(x, y, valid, n, scale, tmp);
+}
+
+template <typename A, typename B>
+void softmax_grad_row_typed(const void* y, const void* dy, void* dx, int64_t valid, int64_t n, float scale, bool log) {
+  return log ? softmax_grad_row_loop<A, B, true>(y, dy, dx, valid, n, scale)
+             : softmax_grad_row_loop<A, B, false>(y, dy, dx, valid, n, scale);
+}
+
+void softmax_row(int x_dtype, const void* x, int y_dtype, void* y, int64_t valid, int64_t n, float scale, bool log,
+                 float* tmp) {
+  if (x_dtype == kBfloat16) {
+    return y_dtype == kBfloat16 ? softmax_row_typed<BF16, BF16>(x, y, valid, n, scale, log, tmp)
+                                : softmax_row_typed<BF16, F32>(x, y, valid, n, scale, log, tmp);
+  }
+  return y_dtype == kBfloat16 ? softmax_row_typed<F32, BF16>(x, y, valid, n, scale, log, tmp)
+                              : softmax_row_typed<F32, F32>(x, y, valid, n, scale, log, tmp);
+}
+
+void softmax_grad_row(int y_dtype, const void* y, const void* dy, int dx_dtype, void* dx, int64_t valid, int64_t n,
+                      float scale, bool log) {
+  if (y_dtype == kBfloat16) {
+    return dx_dtype == kBfloat16 ? softmax_grad_row_typed<BF16, BF16>(y, dy, dx, valid, n, scale, log)
+                                 : softmax_grad_row_typed<BF16, F32>(y, dy, dx, valid, n, scale, log);
+  }
+  return dx_dtype == kBfloat16 ? softmax_grad_row_typed<F32, BF16>(y, dy, dx, valid, n, scale, log)
+                               : softmax_grad_row_typed<F32, F32>(y, dy, dx, valid, n, scale, log);
+}
+
+const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast,           unscale,       update,          bn_moments,
+                         bn_affine,        bn_grad_moments, bn_grad_apply, row_moments,     softmax_row,
+                         softmax_grad_row};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)

@@ -1,7 +1,7 @@
 /*!
  * \file api.h
- * \brief C interface between libmxnet_amp.so and libmxnet_amp_onednn.so (the oneDNN 3 matrix products and
- *        convolutions).
+ * \brief C interface between libmxnet_amp.so and libmxnet_amp_onednn.so (the oneDNN 3 matrix products,
+ *        convolutions, layer normalisation and softmax).
  *
  * libmxnet_amp.so opens libmxnet_amp_onednn.so with dlopen when one of its ops first runs, so that the
  * extension library loads, and its other ops work, where oneDNN 3 is not installed. Plain C types only: the
@@ -91,12 +91,71 @@ typedef struct AmpConv {
 /*! \brief Runs c; returns 0, or -1 with a message in error (error_len bytes, NUL-terminated). */
 typedef int (*AmpConvFn)(const AmpConv* c, char* error, int error_len);
 
+/*! \brief Which computation of a layer normalisation or softmax AmpLayerNorm / AmpSoftmax asks for. */
+enum AmpRowPass {
+  AMP_ROWS_FORWARD = 0,  /*!< dst from src */
+  AMP_ROWS_BACKWARD = 1  /*!< diff_src (and the parameters' gradients) from diff_dst */
+};
+
+/*!
+ * \brief Layer normalisation over the last axis of a plain rows x cols tensor (MXNet's LayerNorm, axis -1):
+ *        dst = (src - mean) / sqrt(variance + eps) * scale + shift, statistics per row in float32.
+ *
+ * src, diff_dst and diff_src have `src_dtype`, dst has `dst_dtype` (0 float32, 12 bfloat16); scale, shift, their
+ * gradients and the statistics (rows values each) are float32. Forward reads src, scale, shift and writes dst.
+ * Backward reads src, mean, variance (biased, without eps: the caller's, e.g. recomputed from src), scale, shift
+ * and diff_dst, and writes diff_src, diff_scale and diff_shift.
+ */
+typedef struct AmpLayerNorm {
+  int pass;  /*!< an AmpRowPass */
+  int src_dtype, dst_dtype;
+  int64_t rows, cols;
+  float eps;
+  const void* src;
+  const float* scale;
+  const float* shift;
+  void* dst;                /*!< forward */
+  const float* mean;        /*!< backward */
+  const float* variance;    /*!< backward */
+  const void* diff_dst;     /*!< backward */
+  void* diff_src;           /*!< backward */
+  float* diff_scale;        /*!< backward */
+  float* diff_shift;        /*!< backward */
+} AmpLayerNorm;
+
+/*! \brief Runs n; returns 0, or -1 with a message in error (error_len bytes, NUL-terminated). */
+typedef int (*AmpLayerNormFn)(const AmpLayerNorm* n, char* error, int error_len);
+
+/*!
+ * \brief Softmax (or log-softmax) over the last axis of a plain rows x cols tensor, oneDNN's softmax_accurate
+ *        (softmax_log): dst = exp(src - max) / sum(exp(src - max)), in float32 whatever the storage.
+ *
+ * Forward reads src (`src_dtype`) and writes dst (`dst_dtype`). Backward reads dst and diff_dst (`dst_dtype`)
+ * and writes diff_src (`src_dtype`): softmax diff_src = dst (diff_dst - sum(diff_dst dst)), log-softmax
+ * diff_src = diff_dst - exp(dst) sum(diff_dst).
+ */
+typedef struct AmpSoftmax {
+  int pass;  /*!< an AmpRowPass */
+  int log;   /*!< 0: softmax, 1: log-softmax */
+  int src_dtype, dst_dtype;
+  int64_t rows, cols;
+  const void* src;       /*!< forward */
+  void* dst;             /*!< forward: written; backward: read */
+  const void* diff_dst;  /*!< backward */
+  void* diff_src;        /*!< backward */
+} AmpSoftmax;
+
+/*! \brief Runs s; returns 0, or -1 with a message in error (error_len bytes, NUL-terminated). */
+typedef int (*AmpSoftmaxFn)(const AmpSoftmax* s, char* error, int error_len);
+
 /*! \brief "oneDNN 3.2.0, cpu isa avx512_core_amx" (a static string). */
 typedef const char* (*AmpOnednnInfoFn)(void);
 
 #define AMP_ONEDNN_LIBRARY "libmxnet_amp_onednn.so"
 #define AMP_MATMUL_SYMBOL "mxnet_amp_onednn_matmul"
 #define AMP_CONV_SYMBOL "mxnet_amp_onednn_conv"
+#define AMP_LAYER_NORM_SYMBOL "mxnet_amp_onednn_layer_norm"
+#define AMP_SOFTMAX_SYMBOL "mxnet_amp_onednn_softmax"
 #define AMP_ONEDNN_INFO_SYMBOL "mxnet_amp_onednn_info"
 
 #ifdef __cplusplus

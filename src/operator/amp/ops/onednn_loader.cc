@@ -16,6 +16,8 @@ namespace {
 struct Backend {
   AmpMatmulFn matmul = nullptr;
   AmpConvFn conv = nullptr;
+  AmpLayerNormFn layer_norm = nullptr;
+  AmpSoftmaxFn softmax = nullptr;
   std::string info;
 };
 
@@ -46,10 +48,13 @@ Backend open_backend() {
   auto info = reinterpret_cast<AmpOnednnInfoFn>(dlsym(handle, AMP_ONEDNN_INFO_SYMBOL));
   b.matmul = reinterpret_cast<AmpMatmulFn>(dlsym(handle, AMP_MATMUL_SYMBOL));
   b.conv = reinterpret_cast<AmpConvFn>(dlsym(handle, AMP_CONV_SYMBOL));
-  if (info == nullptr || b.matmul == nullptr || b.conv == nullptr) {
-    b.matmul = nullptr;
-    b.conv = nullptr;
-    b.info = path + " lacks the symbols " AMP_MATMUL_SYMBOL " / " AMP_CONV_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL;
+  b.layer_norm = reinterpret_cast<AmpLayerNormFn>(dlsym(handle, AMP_LAYER_NORM_SYMBOL));
+  b.softmax = reinterpret_cast<AmpSoftmaxFn>(dlsym(handle, AMP_SOFTMAX_SYMBOL));
+  if (info == nullptr || b.matmul == nullptr || b.conv == nullptr || b.layer_norm == nullptr ||
+      b.softmax == nullptr) {
+    b = Backend();
+    b.info = path + " lacks one of the symbols " AMP_MATMUL_SYMBOL " / " AMP_CONV_SYMBOL " / " AMP_LAYER_NORM_SYMBOL
+             " / " AMP_SOFTMAX_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL " (a libmxnet_amp_onednn.so of another version?)";
     return b;
   }
   b.info = info();
@@ -66,6 +71,10 @@ const Backend& backend() {
 AmpMatmulFn onednn_matmul() { return backend().matmul; }
 
 AmpConvFn onednn_conv() { return backend().conv; }
+
+AmpLayerNormFn onednn_layer_norm() { return backend().layer_norm; }
+
+AmpSoftmaxFn onednn_softmax() { return backend().softmax; }
 
 const char* onednn_info() { return backend().info.c_str(); }
 
