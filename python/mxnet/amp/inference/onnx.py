@@ -90,9 +90,9 @@ def export_onnx(model: Union[mx.sym.Symbol, HybridBlock],
     if fused:
         raise ValueError("export_onnx: the graph holds oneDNN fused ops (%s), which ONNX cannot express; "
                          "convert with fuse=False for export" % ", ".join(fused))
-    gdict = _mxnet_kernels(gdict)
     var_dtypes = {n: a.dtype for n, a in params.items()}
     var_dtypes.update({n: np.dtype(t) for n, t in zip(input_names, input_types)})
+    gdict = _mxnet_kernels(gdict, var_dtypes)
     gdict, params = _replace_bf16(gdict, params, var_dtypes, bf16_mode)
     var_dtypes.update({n: a.dtype for n, a in params.items()})
     if keep_io_types:
@@ -115,14 +115,16 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
               "amp_layer_norm": "LayerNorm", "amp_softmax": "softmax", "amp_log_softmax": "log_softmax"}
 
 
-def _mxnet_kernels(gdict):
+def _mxnet_kernels(gdict, var_dtypes):
     """``gdict`` with this project's oneDNN 3 ops as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
     float32: the same values, unrounded; a fused residual sum (``with_sum``) an ``elemwise_add`` after the op,
-    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``) after that. LayerNorm and softmax kernels with a ``dtype``
+    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``) after that, all in float32 and the result
+    cast to the op's output dtype, as the kernel rounds once. LayerNorm and softmax kernels with a ``dtype``
     (float32 statistics, output in that dtype) become MXNet's op on their data cast to float32, cast to
     ``dtype`` after."""
     counts = num_outputs(gdict)
+    dtypes = infer_entry_dtypes(gdict, var_dtypes)
     nodes, new_counts, remap = [], [], {}
 
     def add(node, inputs):
@@ -141,20 +143,26 @@ def _mxnet_kernels(gdict):
         act = attrs.pop("act_type", None)
         addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
         out_dtype = attrs.pop("dtype", "None")
+        cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
+        epilogue = act is not None or addend is not None
+        if epilogue and attrs.get("out_dtype") != "float32" and dtypes.get((nid, 0)) not in (None, "float32"):
+            out_dtype = dtypes[(nid, 0)]  # computed in float32, rounded once at the end
         if attrs.pop("out_dtype", None) == "float32" or out_dtype != "None":
-            cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
             inputs = [add({"op": "amp_cast", "name": "%s_in%d_float32" % (node["name"], k),
                            "attrs": {"dtype": "float32"}}, [entry]) if k < cast else entry
                       for k, entry in enumerate(inputs)]
         out = add(dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs), inputs)
-        if out_dtype not in ("None", "float32"):
-            out = add({"op": "amp_cast", "name": node["name"] + "_" + out_dtype, "attrs": {"dtype": out_dtype}},
-                      [out])
         if addend is not None:
+            if epilogue and out_dtype not in ("None", "float32"):
+                addend = add({"op": "amp_cast", "name": node["name"] + "_addend_float32",
+                              "attrs": {"dtype": "float32"}}, [addend])
             out = add({"op": "elemwise_add", "name": node["name"] + "_sum", "attrs": {}}, [out, addend])
         if act is not None:  # MXNet's GELU is LeakyReLU's
             out = add({"op": "LeakyReLU" if act == "gelu" else "Activation", "name": node["name"] + "_" + act,
                        "attrs": {"act_type": act}}, [out])
+        if out_dtype not in ("None", "float32"):
+            out = add({"op": "amp_cast", "name": node["name"] + "_" + out_dtype, "attrs": {"dtype": out_dtype}},
+                      [out])
         remap[(nid, 0)] = out
     return assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
 
