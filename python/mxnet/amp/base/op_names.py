@@ -4,7 +4,8 @@ Plain data, no imports: :mod:`.library` checks and loads them, :mod:`mxnet.amp.l
 the operator categories, the graph passes recognise them.
 """
 
-__all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "LAYER_NORM_OPS", "SOFTMAX_OPS", "ALL_OPS"]
+__all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "LAYER_NORM_OPS", "SOFTMAX_OPS", "DROPOUT_OPS",
+           "ALL_OPS"]
 
 #: The multi-tensor casts and updates, the loss scaler's step and the emulation rounding.
 MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast",
@@ -26,5 +27,8 @@ LAYER_NORM_OPS = ("amp_layer_norm",)
 #: the library's own row kernels, which also serve lengths and temperatures).
 SOFTMAX_OPS = ("amp_log_softmax", "amp_softmax")
 
+#: Dropout on float32 or bfloat16 data in the data's dtype, told the graph's mode by an input.
+DROPOUT_OPS = ("amp_dropout",)
+
 #: Every op of the library.
-ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS
+ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS + DROPOUT_OPS

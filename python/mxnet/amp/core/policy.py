@@ -207,11 +207,13 @@ class Policy:
             return None
         return lists.native_substitutes(self.target_dtype, device_type).get(op)
 
-    def neutral_kernel(self, op: str, device_type: str) -> Optional[str]:
-        """The library op that runs dtype-neutral ``op`` on low precision data in a training graph on
-        ``device_type`` (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``) where the graph runs
-        natively there and ``kernels="auto"``, or None."""
-        if not self._runs_native(device_type) or self.kernels != "auto":
+    def neutral_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
+        """The library op that runs ``op`` in its data's dtype in a training graph on ``device_type``, told the
+        graph's mode (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``, ``Dropout`` ->
+        ``amp_dropout``) where the graph runs natively there and ``kernels="auto"``, or None; never for an op (or
+        node ``name``) the user keeps in float32 (``extra_fp32_ops``, ``fp32_ops``, ``excluded_sym_names``)."""
+        if (not self._runs_native(device_type) or self.kernels != "auto" or op in self.extra_fp32_ops
+                or op in (self.fp32_ops or ()) or name in self.excluded_sym_names):
             return None
         return lists.neutral_kernels(self.target_dtype, device_type).get(op)
 

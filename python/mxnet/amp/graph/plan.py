@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence
 
 from .. import lists
 from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, Policy
-from .symbol_json import CAST_OPS
+from .symbol_json import CAST_OPS, is_mode_node
 
 __all__ = ["NodePlan", "plan_node", "kernel_op"]
 
@@ -35,8 +35,9 @@ class NodePlan:
     followed : bool
         ``FOLLOW`` resolved to ``LP16`` (a low precision input arrived).
     neutral_kernel : bool
-        A dtype-neutral op runs on a library kernel for low precision data (``amp_batch_norm``): float32
-        parameters and the graph's mode flag as its last input.
+        The op runs on a library kernel told the graph's mode (training or not) by the mode flag, its last input:
+        a dtype-neutral op on low precision data (``amp_batch_norm``, float32 parameters), or a float32-list op
+        on data of the target dtype or float32 (``amp_dropout``), in the data's dtype.
     float32_island : bool
         A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first
         output is cast back to the target dtype.
@@ -113,6 +114,11 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
     stats = _stats_plan(node, policy, device_type, input_dtypes[0]) if action == FP32 and input_dtypes else None
     if stats is not None:
         return stats
+    if (action == FP32 and not inference and input_dtypes and input_dtypes[0] in (target, "float32")
+            and attrs.get("axes", "()") in ("()", "[]") and not is_mode_node(node)):
+        kernel = policy.neutral_kernel(op, device_type, node["name"])  # Dropout: no float32 island, no casts
+        if kernel is not None:
+            return NodePlan(action, None, kernel, neutral_kernel=True)
     followed = action == FOLLOW and any_low
     if action == FOLLOW:
         action = LP16 if any_low else NEUTRAL
@@ -123,7 +129,7 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
         return NodePlan(action, mode, kernel_op(op, policy, device_type, mode), followed=followed)
     if action != NEUTRAL or not input_dtypes:
         return NodePlan(action, None, op)
-    kernel = (policy.neutral_kernel(op, device_type)
+    kernel = (policy.neutral_kernel(op, device_type, node["name"])
               if not inference and input_dtypes[0] == target and attrs.get("output_mean_var", "False") in _FALSE
               else None)
     if kernel is not None:

@@ -37,7 +37,7 @@ NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.EL
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
            g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
-           g.PROJECT_SOFTMAX)
+           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -136,7 +136,12 @@ NATIVE_SUBSTITUTES = {
 # at 1.14x float32's RSS (AMD EPYC, class c, 2026-12-05); amp_batch_norm reads and writes bfloat16 with float32
 # statistics, and is as fast as the float32 island (MXNet's own bfloat16 BatchNorm: a ResNet-18 step 0.18 ->
 # 0.25 s). Inference conversion folds BatchNorm into the convolution before it instead.
-NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm"}, "gpu": {}}
+#
+# Dropout, a float32-list op (MXNet's CPU kernel has no bfloat16 case), runs on amp_dropout the same way, in its
+# data's dtype (bfloat16 or float32), with no float32 island: MXNet's float32 Dropout draws its mask at about 5 ms per
+# million elements against 1 ms (AMD EPYC, class c, 2026-12-06), three times per BERT layer and step.
+NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm", "Dropout": "amp_dropout", "_npx_dropout": "amp_dropout"},
+                   "gpu": {}}
 
 # Float32-list op -> the library kernel that runs it on target-dtype data with float32 statistics, per device type:
 # "float32-statistics kernels", used in training and inference graphs alike where the device runs bfloat16 natively,
@@ -175,6 +180,10 @@ REASONS = g.REASONS + (
      "this project's LayerNorm over the last axis (libmxnet_amp, oneDNN 3): runs in its data's dtype with float32 "
      "gamma, beta and statistics; the rewriter puts it in place of LayerNorm where the CPU runs bfloat16 natively "
      "(STATS_KERNELS)"),
+    (g.PROJECT_DROPOUT,
+     "this project's Dropout (libmxnet_amp): runs in its data's dtype (float32 or bfloat16) and reads the graph's "
+     "mode; the rewriter puts it in place of Dropout in training graphs where the CPU runs bfloat16 natively "
+     "(NEUTRAL_KERNELS)"),
     (g.PROJECT_SOFTMAX,
      "this project's softmax and log-softmax over the last axis (libmxnet_amp): float32 math on float32 or "
      "bfloat16 data, output in its dtype attribute or the data's; the rewriter puts them in place of softmax "

@@ -52,6 +52,15 @@ struct CpuLoops {
    */
   void (*softmax_grad_row)(int y_dtype, const void* y, const void* dy, int dx_dtype, void* dx, int64_t valid,
                            int64_t n, float scale, bool log);
+  /*!
+   * \brief Dropout of elements [begin, end): mask[i] = draw(seed, i) < keep_below, y[i] = mask[i] ? x[i] * scale : 0
+   *        (x and y float32 or bfloat16), draw(seed, i) the top 32 bits of a 64-bit mix of seed + i * golden ratio.
+   */
+  void (*dropout)(int dtype, const void* x, void* y, uint8_t* mask, int64_t begin, int64_t end, uint64_t seed,
+                  uint64_t keep_below, float scale);
+  /*! \brief dx[i] = mask[i] ? dy[i] * scale : 0 for i in [begin, end). */
+  void (*dropout_grad)(int dtype, const void* dy, void* dx, const uint8_t* mask, int64_t begin, int64_t end,
+                       float scale);
 };
 
 /*! \brief The table of the best instruction set of this CPU (chosen once). */

@@ -537,9 +537,47 @@ void softmax_grad_row(int y_dtype, const void* y, const void* dy, int dx_dtype, 
                                : softmax_grad_row_typed<F32, F32>(y, dy, dx, valid, n, scale, log);
 }
 
+// Dropout (dropout.h): a counter-based draw per element, SplitMix64's finaliser of seed + i * golden ratio.
+template <typename T>
+void dropout_loop(const void* x, void* y, uint8_t* mask, int64_t begin, int64_t end, uint64_t seed,
+                  uint64_t keep_below, float scale) {
+  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
+  uint8_t* __restrict__ m = mask;
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const bool keep = (z >> 32) < keep_below;
+    m[i] = keep;
+    q[i] = T::store(keep ? T::load(p[i]) * scale : 0.0f);
+  }
+}
+
+template <typename T>
+void dropout_grad_loop(const void* dy, void* dx, const uint8_t* mask, int64_t begin, int64_t end, float scale) {
+  const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
+  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(dx);
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) q[i] = T::store(mask[i] ? T::load(g[i]) * scale : 0.0f);
+}
+
+void dropout(int dtype, const void* x, void* y, uint8_t* mask, int64_t begin, int64_t end, uint64_t seed,
+             uint64_t keep_below, float scale) {
+  if (dtype == kBfloat16) return dropout_loop<BF16>(x, y, mask, begin, end, seed, keep_below, scale);
+  return dropout_loop<F32>(x, y, mask, begin, end, seed, keep_below, scale);
+}
+
+void dropout_grad(int dtype, const void* dy, void* dx, const uint8_t* mask, int64_t begin, int64_t end, float scale) {
+  if (dtype == kBfloat16) return dropout_grad_loop<BF16>(dy, dx, mask, begin, end, scale);
+  return dropout_grad_loop<F32>(dy, dx, mask, begin, end, scale);
+}
+
 const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast,           unscale,       update,          bn_moments,
                          bn_affine,        bn_grad_moments, bn_grad_apply, row_moments,     softmax_row,
-                         softmax_grad_row};
+                         softmax_grad_row, dropout,         dropout_grad};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)

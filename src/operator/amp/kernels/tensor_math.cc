@@ -4,28 +4,93 @@
  */
 #include "tensor_math.h"
 
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace mxnet_amp {
+namespace {
+
+// Typed element access: the loops below are instantiated per dtype, so they vectorize (load/store switch on
+// the dtype at every element).
+inline float get(const float* p, int64_t i) { return p[i]; }
+inline float get(const uint16_t* p, int64_t i) { return bf16_bits_to_float(p[i]); }
+inline void put(float* p, int64_t i, float v) { p[i] = v; }
+inline void put(uint16_t* p, int64_t i, float v) { p[i] = float_to_bf16_bits(v); }
+
+// Calls f with a typed pointer (float* or uint16_t*) for p of dtype.
+template <typename P, typename F>
+void typed(P* p, int dtype, F f) {
+  using F32 = typename std::conditional<std::is_const<P>::value, const float, float>::type;
+  using B16 = typename std::conditional<std::is_const<P>::value, const uint16_t, uint16_t>::type;
+  if (dtype == kMathBfloat16) {
+    f(static_cast<B16*>(p));
+  } else {
+    f(static_cast<F32*>(p));
+  }
+}
+
+int64_t element_size(int dtype) { return dtype == kMathBfloat16 ? 2 : 4; }
+
+}  // namespace
 
 void convert_into(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t n, int threads) {
+  typed(dst, dst_dtype, [&](auto* d) {
+    typed(src, src_dtype, [&](const auto* s) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) store(dst, dst_dtype, i, load(src, src_dtype, i));
+      for (int64_t i = 0; i < n; ++i) put(d, i, get(s, i));
+    });
+  });
 }
 
 void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const void* y, int y_dtype, int64_t n,
                int threads) {
+  typed(dst, dst_dtype, [&](auto* d) {
+    typed(dy, dy_dtype, [&](const auto* g) {
+      typed(y, y_dtype, [&](const auto* out) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) store(dst, dst_dtype, i, load(y, y_dtype, i) > 0.f ? load(dy, dy_dtype, i) : 0.f);
+        for (int64_t i = 0; i < n; ++i) put(d, i, get(out, i) > 0.f ? get(g, i) : 0.f);
+      });
+    });
+  });
 }
 
 void column_sums(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t rows, int64_t cols,
                  int threads) {
+  constexpr int64_t kBlock = 256;  // columns per task: rows are read in order, the sums stay in L1
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  typed(dst, dst_dtype, [&](auto* d) {
+    typed(src, src_dtype, [&](const auto* s) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t j = 0; j < cols; ++j) {
-    float s = 0.f;
-    for (int64_t i = 0; i < rows; ++i) s += load(src, src_dtype, i * cols + j);
-    store(dst, dst_dtype, j, s);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t begin = b * kBlock, end = std::min(cols, begin + kBlock);
+        float acc[kBlock] = {};
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = begin; j < end; ++j) acc[j - begin] += get(s, i * cols + j);
+        }
+        for (int64_t j = begin; j < end; ++j) put(d, j, acc[j - begin]);
+      }
+    });
+  });
+}
+
+void zero_fill(void* dst, int dtype, int64_t n, int threads) {
+  constexpr int64_t kChunk = 1 << 16;  // elements per task
+  const int64_t chunks = (n + kChunk - 1) / kChunk, size = element_size(dtype);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, count = std::min(n, begin + kChunk) - begin;
+    std::memset(static_cast<char*>(dst) + begin * size, 0, count * size);
+  }
+}
+
+void zero_columns(void* dst, int dtype, int64_t rows, int64_t row_length, int64_t first, int64_t count,
+                  int threads) {
+  const int64_t size = element_size(dtype);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memset(static_cast<char*>(dst) + (r * row_length + first) * size, 0, count * size);
   }
 }
 

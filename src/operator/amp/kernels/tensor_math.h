@@ -45,6 +45,13 @@ void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const voi
 void column_sums(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t rows, int64_t cols,
                  int threads);
 
+/*! \brief Sets the n elements of dst to 0. */
+void zero_fill(void* dst, int dtype, int64_t n, int threads);
+
+/*! \brief Sets elements [first, first + count) of each of the rows (row_length elements each) of dst to 0. */
+void zero_columns(void* dst, int dtype, int64_t rows, int64_t row_length, int64_t first, int64_t count,
+                  int threads);
+
 /*!
  * \brief y[n, c, i] = acc[n, c, i] + bias[c] over (batch, channels, inner); acc may be y itself, or null
  *        (then y = bias[c]). A convolution's bias.

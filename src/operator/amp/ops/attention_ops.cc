@@ -44,13 +44,14 @@ struct Layout {
   int parts1;   // parts per head of input 1; 0: input 1 is the attention (B * heads, Tq, Tk); -1: no input 1
   bool scores;  // output: the scores (B * heads, Tq, Tk); else the attended values (Tq, B, heads * d)
   int partial;  // the gradient (output index) of which only some parts are written
+  int unused_first, unused_count;  // the parts of each head it does not write (zeroed)
 };
 
 Layout layout_of(const char* op) {
-  if (op == kSelfQK) return {3, -1, true, 0};
-  if (op == kSelfValAtt) return {3, 0, false, 0};
-  if (op == kEncDecQK) return {1, 2, true, 1};
-  return {2, 0, false, 0};  // kEncDecValAtt
+  if (op == kSelfQK) return {3, -1, true, 0, 2, 1};
+  if (op == kSelfValAtt) return {3, 0, false, 0, 0, 2};
+  if (op == kEncDecQK) return {1, 2, true, 1, 1, 1};
+  return {2, 0, false, 0, 0, 1};  // kEncDecValAtt
 }
 
 // Part `part` of every head of a (T, B, heads * parts * d) tensor, as (B, heads, T, d).
@@ -248,7 +249,13 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
     for (MXTensor& g : *outputs) zero(&g);
     return MX_SUCCESS;
   }
-  zero(&(*outputs)[l.partial]);  // the parts no product writes
+  {  // the parts no product writes
+    MXTensor& g = (*outputs)[l.partial];
+    const int64_t parts = l.partial == 0 ? l.parts0 : l.parts1;
+    const CallTeam team;
+    zero_columns(g.data_ptr, static_cast<int>(g.dtype), g.size() / (parts * s.d), parts * s.d, l.unused_first * s.d,
+                 l.unused_count * s.d, team.threads());
+  }
   const int dt = static_cast<int>((*inputs)[1].dtype);
   Scratch keep;
   void* dy = in_dtype((*inputs)[0], dt, &keep);

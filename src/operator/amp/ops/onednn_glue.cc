@@ -63,12 +63,13 @@ MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int
 }
 
 void zero(MXTensor* t) {
-  for (int64_t i = 0; i < t->size(); ++i) store(t->data_ptr, static_cast<int>(t->dtype), i, 0.f);
+  const CallTeam team;
+  zero_fill(t->data_ptr, static_cast<int>(t->dtype), t->size(), team.threads());
 }
 
 void* scratch(Scratch* keep, int64_t floats) {
-  keep->emplace_back(static_cast<size_t>(floats));
-  return keep->back().data();
+  keep->emplace_back(new float[static_cast<size_t>(floats)]);  // not initialised: every user writes it first
+  return keep->back().get();
 }
 
 void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {

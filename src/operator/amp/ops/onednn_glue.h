@@ -8,6 +8,7 @@
 #define MXNET_AMP_OPS_ONEDNN_GLUE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "../kernels/tensor_math.h"
@@ -33,9 +34,9 @@ MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int
 void zero(MXTensor* t);
 
 /*! \brief Buffers of one op call (OpResource::alloc_cpu hands out one temporary space, reused by a second call). */
-using Scratch = std::vector<std::vector<float>>;
+using Scratch = std::vector<std::unique_ptr<float[]>>;
 
-/*! \brief A new buffer of at least floats float32 values (or twice as many bfloat16), kept in keep. */
+/*! \brief A new, uninitialised buffer of floats float32 values (or twice as many bfloat16), kept in keep. */
 void* scratch(Scratch* keep, int64_t floats);
 
 /*! \brief The tensor t in dtype (a scratch copy when t has another dtype). */
