@@ -13,8 +13,9 @@ PyTorch: ``attention_mask``).
 Workloads (``--workloads inference,train``):
 - inference (dropout off: MXNet outside ``autograd.record``, PyTorch ``eval()`` under ``torch.inference_mode()``):
   ``mx_fp32``; ``amp_bf16``: ``amp.convert_hybrid_block(net, [ids, types, lengths], "bfloat16")`` with default
-  settings; ``amp_bf16_offline``: the same with ``cast_params_offline=True``; ``torch_fp32``; ``torch_bf16``:
-  ``torch.autocast("cpu", torch.bfloat16)``. Each low-precision row prints its deviation from its own framework's
+  settings; ``amp_bf16_offline``: the same with ``cast_params_offline=True, fold_params=True`` (the serving
+  conversion: weights stored in bfloat16, the query/key/value concatenation computed once); ``torch_fp32``;
+  ``torch_bf16``: ``torch.autocast("cpu", torch.bfloat16)``. Each low-precision row prints its deviation from its own framework's
   float32 output on the same weights: max |error| / max |float32| over the sequence output's valid tokens.
 - train: a 2-class classifier on the pooled output (dropout ``--dropout``, then a dense layer), softmax cross
   entropy, Adam (lr 1e-4) in both frameworks, dropout ``--dropout`` everywhere BERT has it (0.1 as in BERT):
@@ -132,13 +133,14 @@ def _mx_child(config, workload, args):
     ids, types, lengths, labels = inputs(args.batch, args.seq)
     data = [mx.nd.array(ids), mx.nd.array(types), mx.nd.array(lengths)]
     row = {"threads": "OMP_NUM_THREADS=%s, oneDNN 3 team %s" % (os.environ.get("OMP_NUM_THREADS", "(unset)"),
-                                                                 library.onednn_threads())}
+                                                                library.onednn_threads())}
     if workload == "inference":
         run = net
         if config.startswith("amp_bf16"):
             ref = net(*data)[0].asnumpy()
             run = amp.convert_hybrid_block(net, data, "bfloat16",
-                                           **({"cast_params_offline": True} if config.endswith("offline") else {}))
+                                           **({"cast_params_offline": True, "fold_params": True}
+                                              if config.endswith("offline") else {}))
             run.hybridize(**static)
             row["deviation"] = _deviation(ref, run(*data)[0].asnumpy(), lengths)
 
@@ -241,7 +243,7 @@ def _print_table(workload, configs, results, errors, args):
                                           time.strftime("%Y-%m-%d")))
     extra = "deviation" if workload == "inference" else "loss first -> last"
     print("%-17s %9s %17s %8s %19s %8s  %s" % ("config", "median s", "round range s", "vs fp32", extra, "cpu/wall",
-                                              "threads"))
+                                               "threads"))
     for config in configs:
         rows = results[config]
         if not rows:

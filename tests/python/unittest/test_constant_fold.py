@@ -1,5 +1,5 @@
-"""Parameter-only computations folded at conversion (cast_params_offline=True): the same outputs, fewer nodes,
-no weight stored twice, nothing random folded, and the default conversion's parameters untouched."""
+"""Parameter-only computations folded at conversion (fold_params=True): the same outputs, fewer nodes, no weight
+stored twice, casts alone and anything random left, and without the switch every parameter kept."""
 import json
 
 import numpy as np
@@ -7,6 +7,7 @@ import pytest
 
 import mxnet as mx
 from mxnet import amp
+from mxnet.amp.base.dtypes import BFLOAT16 as BF16
 from mxnet.amp.inference.constant_fold import fold_parameter_ops
 
 from amp_testing import lp_round
@@ -44,12 +45,12 @@ def _run(sym, args, aux, x):
 def test_offline_conversion_folds_the_weight_concatenation(dtype):
     sym, params = _interleaved_projection()
     x = _values(5, 2, 8)
-    folded, args, aux = amp.convert_model(sym, params, {}, dtype, cast_params_offline=True)
-    default, dargs, daux = amp.convert_model(sym, params, {}, dtype)
+    folded, args, aux = amp.convert_model(sym, params, {}, dtype, cast_params_offline=True, fold_params=True)
+    default, dargs, daux = amp.convert_model(sym, params, {}, dtype, cast_params_offline=True)
     ops = _ops(folded)
     assert not {"Concat", "stack", "Reshape"} & set(ops), ops
     assert {"Concat", "stack"} <= set(_ops(default))
-    assert sorted(dargs) == sorted(params)  # the default keeps the parameters as they are
+    assert sorted(dargs) == sorted(params)  # without fold_params every parameter keeps its name
     assert not set(params) & set(args) and len(args) == 2  # the six parameters became the two folded ones
     np.testing.assert_array_equal(_run(folded, args, aux, x), _run(default, dargs, daux, x))
     for arr in args.values():  # stored in the target dtype, or rounded to it where the graph emulates it
@@ -81,3 +82,13 @@ def test_random_ops_and_data_paths_are_not_folded():
     assert count == 1 and list(args) == ["_mulscalar1_folded"]
     assert [n["op"] for n in out["nodes"]] == ["null", "null", "FullyConnected"]
     np.testing.assert_array_equal(args["_mulscalar1_folded"].asnumpy(), 2 * weight.asnumpy())
+
+
+def test_casts_alone_stay_for_the_storage_rules():
+    """A weight read only through a cast is stored by inference.params' rules (here in the user's bfloat16), not
+    replaced by its cast to the target dtype."""
+    data, w = mx.sym.var("data"), mx.sym.var("w")
+    sym = mx.sym.FullyConnected(data, mx.sym.amp_cast(w, dtype=BF16), no_bias=True, num_hidden=4)
+    _, args, _ = amp.convert_model(sym, {"w": _values(4, 6)}, {}, "float16", cast_params_offline=True,
+                                   emulate=False, kernels="mxnet", fold_params=True)
+    assert list(args) == ["w"] and args["w"].dtype == BF16

@@ -29,8 +29,8 @@ def convert_hybrid_block(block: HybridBlock, data_example: Any = None, *args: An
     * ``convert_hybrid_block(block, data_example, target_dtype="float16", target_dtype_ops=None,
       fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
       cast_params_offline=False, *, fuse=None, emulate=None, layout=None, extra_lp16_ops=None,
-      extra_fp32_ops=None, keep_lp16_outputs=False, kernels="auto")``, as in MXNet 2.0 (which spells ``ctx``
-      ``device``; both are accepted);
+      extra_fp32_ops=None, keep_lp16_outputs=False, kernels="auto", fold_params=False)``, as in MXNet
+      2.0 (which spells ``ctx`` ``device``; both are accepted);
     * ``convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
       conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_optional_params=False)``, as in
       ``mxnet.contrib.amp`` 1.9.1: no data example, so the block must be hybridized and have run once; its
@@ -82,7 +82,7 @@ def convert_hybrid_block(block: HybridBlock, data_example: Any = None, *args: An
 def _convert_block(block, data, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, ctx=None, cast_params_offline=False, *,
                    fuse=None, emulate=None, layout=None, extra_lp16_ops=None, extra_fp32_ops=None, device=None,
-                   keep_lp16_outputs=False, kernels="auto", **deprecated):
+                   keep_lp16_outputs=False, kernels="auto", fold_params=False, **deprecated):
     """:func:`convert_hybrid_block` given data examples (MXNet 2.0's form)."""
     offline = renamed_keywords("convert_hybrid_block", deprecated, {"cast_params_offline": cast_params_offline},
                                stacklevel=4)["cast_params_offline"]
@@ -95,7 +95,8 @@ def _convert_block(block, data, target_dtype="float16", target_dtype_ops=None, f
     options = dict(target_dtype=target_dtype, target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
                    conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
                    cast_params_offline=offline, fuse=fuse, emulate=emulate, extra_lp16_ops=extra_lp16_ops,
-                   extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs, kernels=kernels)
+                   extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs, kernels=kernels,
+                   fold_params=fold_params)
     return _block_from_graph([s.name for s in inputs], [d.dtype for d in flat], out, params, ctx, options,
                              layout, [d.shape for d in flat], (in_format, block._out_format))
 
@@ -114,7 +115,7 @@ def _convert_cached_block(block, target_dtype="float16", target_dtype_ops=None, 
     if kwargs.get("layout", "NHWC") is None:
         del kwargs["layout"]
     unknown = set(kwargs) - {"fuse", "emulate", "extra_lp16_ops", "extra_fp32_ops", "device", "keep_lp16_outputs",
-                             "kernels"}
+                             "kernels", "fold_params"}
     if unknown:
         raise TypeError("convert_hybrid_block() without a data example got unexpected keyword arguments %s%s"
                         % (", ".join(sorted(unknown)), " (layout needs a data example)" if "layout" in unknown

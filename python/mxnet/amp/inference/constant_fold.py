@@ -1,4 +1,4 @@
-"""Parameter-only computations evaluated once at conversion (``cast_params_offline=True``).
+"""Parameter-only computations evaluated once at conversion (``fold_params=True``).
 
 A graph may compute on its parameters alone at every call: GluonNLP's attention concatenates the query, key and
 value weights (``Reshape``, ``Concat``, ``stack``) and casts the result to low precision, a full copy of three
@@ -6,7 +6,7 @@ weight matrices per layer and call. Such a subgraph is evaluated once, on the pa
 become parameters of the converted graph (named after the node that computed them); the parameters that only it
 read are dropped. Folding never grows what is stored: a parameter that something else reads too is left alone
 with everything computed from it (no weight is stored twice), and a subgraph whose results take more bytes than
-the parameters it reads (the exact cast to float32 of a weight stored in low precision, say) stays. Nothing
+the parameters it reads stays, as do casts alone (how a parameter is stored is :mod:`.params`' choice). Nothing
 random is folded.
 """
 import re
@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 import mxnet as mx
 
-from ..graph.symbol_json import assemble, compact, num_outputs, to_symbol
+from ..graph.symbol_json import CAST_OPS, assemble, compact, num_outputs, to_symbol
 from .params import nbytes
 
 __all__ = ["fold_parameter_ops"]
@@ -52,7 +52,10 @@ def fold_parameter_ops(graph: dict, arg_params: Dict[str, mx.nd.NDArray], aux_pa
                        and any(r is None or r not in folded for r in readers[entry])})
     arrays = {**arg_params, **aux_params}
     values = _evaluate(graph, frontier, arrays)
-    for part in _components(nodes, folded, param_ids):  # keep the parts that would store more bytes
+    for part in _components(nodes, folded, param_ids):  # keep casts alone, and parts that would store more bytes
+        if all(nodes[nid]["op"] in CAST_OPS for nid in part):  # the storage dtype is inference.params' choice
+            folded -= part
+            continue
         results = nbytes(values[e] for e in frontier if e[0] in part)
         read = {nodes[src]["name"] for nid in part for src, _, _ in nodes[nid]["inputs"] if src in param_ids}
         if results > nbytes(arrays[name] for name in read):

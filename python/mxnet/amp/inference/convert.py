@@ -46,7 +46,7 @@ def convert(sym: mx.sym.Symbol, arg_params: Optional[Dict[str, mx.nd.NDArray]] =
             ctx: Optional[mx.Context] = None, fuse: Optional[bool] = None, emulate: Optional[bool] = None,
             input_names: Optional[Sequence[str]] = None, extra_lp16_ops: Optional[Sequence[str]] = None,
             extra_fp32_ops: Optional[Sequence[str]] = None, keep_lp16_outputs: bool = False,
-            kernels: str = "auto") -> Conversion:
+            kernels: str = "auto", fold_params: bool = False) -> Conversion:
     """Convert a float32 symbol (and its parameters) to mixed precision; return a :class:`Conversion`.
 
     The parameters are :func:`convert_model`'s, plus ``input_names``: the variables that are model inputs,
@@ -92,7 +92,7 @@ def convert(sym: mx.sym.Symbol, arg_params: Optional[Dict[str, mx.nd.NDArray]] =
     cast_arrays = {k: v for k, v in cast.items() if v is not None}
     new_args = {k: cast_arrays.get(k, v) for k, v in arg_params.items()}
     new_aux = {k: cast_arrays.get(k, v) for k, v in aux_params.items()}
-    if cast_params_offline:
+    if fold_params:
         graph, new_args, new_aux, _ = fold_parameter_ops(graph, new_args, new_aux)
     known = dict.fromkeys(set(sym.list_inputs()) - set(input_names), np.float32) if input_names is not None else {}
     known.update({name: arr.dtype for name, arr in params.items()})
@@ -185,8 +185,8 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
                   excluded_sym_names: Optional[Sequence[str]] = None, cast_params_offline: bool = False, *,
                   ctx: Optional[mx.Context] = None, fuse: Optional[bool] = None, emulate: Optional[bool] = None,
                   extra_lp16_ops: Optional[Sequence[str]] = None, extra_fp32_ops: Optional[Sequence[str]] = None,
-                  keep_lp16_outputs: bool = False, kernels: str = "auto", **deprecated: Any
-                  ) -> Tuple[mx.sym.Symbol, Dict[str, mx.nd.NDArray], Dict[str, mx.nd.NDArray]]:
+                  keep_lp16_outputs: bool = False, kernels: str = "auto", fold_params: bool = False,
+                  **deprecated: Any) -> Tuple[mx.sym.Symbol, Dict[str, mx.nd.NDArray], Dict[str, mx.nd.NDArray]]:
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     Every variable whose dtype is known carries it in its ``__dtype__`` attribute, so the symbol binds from the
@@ -209,12 +209,9 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
         Node names kept in float32; a fused node too when it contains one, an op of ``fp32_ops`` or
         ``extra_fp32_ops``, or a node a conditional float32 entry matches.
     cast_params_offline : bool
-        Store parameters in the target dtype where every reader wants it (:mod:`mxnet.amp.inference.params`),
-        and compute what the graph computes from parameters alone once, at conversion (GluonNLP's concatenated
-        query, key and value weights: :mod:`mxnet.amp.inference.constant_fold`; the results are new parameters
-        named ``NODE_folded``); without it, as upstream, only the parameters of ops that follow low precision
-        inputs are cast, and every parameter keeps its name. ``cast_optional_params``, ``mxnet.contrib.amp``'s
-        name, is accepted with a ``DeprecationWarning``.
+        Store parameters in the target dtype where every reader wants it (:mod:`mxnet.amp.inference.params`);
+        without it, as upstream, only those of ops that follow low precision inputs. ``cast_optional_params``,
+        ``mxnet.contrib.amp``'s name, is accepted with a ``DeprecationWarning``.
     ctx : Context, optional
         Where the model will run (default ``mx.current_context()``): decides emulation and fusion.
     fuse : bool, optional
@@ -232,7 +229,12 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
         ``'auto'``: this project's oneDNN 3 kernels run the products and convolutions where the device runs
         the target dtype natively and they are available (:meth:`mxnet.amp.Policy.library_kernel`);
         ``'mxnet'``: MXNet's own.
-
+    fold_params : bool
+        Compute what the graph computes from parameters alone once, at conversion, and store the results as new
+        parameters named ``NODE_folded`` (:mod:`mxnet.amp.inference.constant_fold`): GluonNLP's attention
+        concatenates and casts its query, key and value weights at every call otherwise. The parameters it used
+        are dropped, so the result's parameter names differ from the model's (hence off by default, as upstream
+        has no such step); nothing is stored twice and nothing random is folded.
     Returns
     -------
     (Symbol, dict, dict)
@@ -258,7 +260,7 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
                   fp32_ops=fp32_ops, conditional_fp32_ops=conditional_fp32_ops,
                   excluded_sym_names=excluded_sym_names, cast_params_offline=offline, ctx=ctx, fuse=fuse,
                   emulate=emulate, extra_lp16_ops=extra_lp16_ops, extra_fp32_ops=extra_fp32_ops,
-                  keep_lp16_outputs=keep_lp16_outputs, kernels=kernels)
+                  keep_lp16_outputs=keep_lp16_outputs, kernels=kernels, fold_params=fold_params)
     return out.symbol, out.arg_params, out.aux_params
 
 
