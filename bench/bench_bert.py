@@ -15,8 +15,9 @@ Workloads (``--workloads inference,train``):
   ``mx_fp32``; ``amp_bf16``: ``amp.convert_hybrid_block(net, [ids, types, lengths], "bfloat16")`` with default
   settings; ``amp_bf16_offline``: the same with ``cast_params_offline=True, fold_params=True`` (the serving
   conversion: weights stored in bfloat16, the query/key/value concatenation computed once); ``torch_fp32``;
-  ``torch_bf16``: ``torch.autocast("cpu", torch.bfloat16)``. Each low-precision row prints its deviation from its own framework's
-  float32 output on the same weights: max |error| / max |float32| over the sequence output's valid tokens.
+  ``torch_bf16``: ``torch.autocast("cpu", torch.bfloat16)``. Each low-precision row prints its deviation from its
+  own framework's float32 output on the same weights: max |error| / max |float32| over the sequence output's valid
+  tokens.
 - train: a 2-class classifier on the pooled output (dropout ``--dropout``, then a dense layer), softmax cross
   entropy, Adam (lr 1e-4) in both frameworks, dropout ``--dropout`` everywhere BERT has it (0.1 as in BERT):
   ``mx_fp32``; ``contrib_bf16``: ``mxnet.contrib.amp.init("bfloat16")`` (may fail on a CPU: reported as a row);
