@@ -11,7 +11,8 @@ from mxnet.amp.core.policy import EMULATED, FLOAT32, FP32, LP16, NATIVE, NEUTRAL
 from mxnet.amp.graph.builder import CastBuilder
 from mxnet.amp.graph.infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from mxnet.amp.graph.plan import plan_node
-from mxnet.amp.graph.postops import drop_noop_casts, float32_library_outputs, fuse_activation, fuse_sum
+from mxnet.amp.graph.postops import (drop_noop_casts, float32_library_outputs, fuse_activation, fuse_scale,
+                                     fuse_sum)
 from mxnet.amp.graph.builder import RewriteStats
 from mxnet.amp.graph.rewrite import rewrite_graph, rewrite_symbol, route_library_kernels
 from mxnet.amp.graph.symbol_json import (assemble, compact, drop_rounding, entry_uses, is_mode_node, num_outputs,
@@ -218,6 +219,20 @@ def test_residual_sum_and_gelu_fuse_into_the_fully_connected_layer():
     c = mx.sym.amp_convolution(x, w, kernel=(1, 1), num_filter=2, no_bias=True)
     assert "LeakyReLU" in _ops(fuse_activation(to_graph(mx.sym.LeakyReLU(c, act_type="gelu"))))
     assert "LeakyReLU" in _ops(fuse_activation(_library_graph(lambda y: mx.sym.LeakyReLU(y, act_type="leaky"))))
+
+
+def test_scalar_scales_fold_into_the_product_only_when_it_is_the_sole_reader():
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    scores = mx.sym.amp_batch_dot(a, b, transpose_b=True, name="qk")
+    fused = fuse_scale(to_graph(scores / 8.0))
+    assert _ops(fused) == ["null", "null", "amp_batch_dot"] and float(fused["nodes"][-1]["attrs"]["alpha"]) == 0.125
+    twice = fuse_scale(to_graph((scores * 0.5) * 3.0))  # the second scale stays: one alpha per product
+    assert _ops(twice) == ["null", "null", "amp_batch_dot", "_mul_scalar"]
+    assert float(twice["nodes"][2]["attrs"]["alpha"]) == 0.5
+    kept = fuse_scale(to_graph(mx.sym.Group([scores / 8.0, scores])))
+    assert "_div_scalar" in _ops(kept) and "alpha" not in kept["nodes"][2].get("attrs", {})
+    fc = mx.sym.amp_fully_connected(a, b, num_hidden=4, no_bias=True)  # no scale on a fully connected layer
+    assert "_mul_scalar" in _ops(fuse_scale(to_graph(fc * 2.0)))
 
 
 def test_products_read_only_as_float32_write_float32(monkeypatch):

@@ -181,6 +181,17 @@ def test_fused_gelu_refuses_a_gradient_with_a_clear_error():
 
 
 @requires_onednn3
+@pytest.mark.parametrize("op", ["amp_batch_dot", "amp_matmul"])
+def test_a_folded_scale_scales_the_product_and_its_gradients(op):
+    a, c, head = _values(3, 5, 7), _values(3, 7, 4), _values(3, 5, 4)
+    y, ours = _grads(getattr(mx.nd, op), [mx.nd.array(a), mx.nd.array(c)], mx.nd.array(head), alpha=0.125)
+    ref_y, ref = _grads(lambda x, w: mx.nd.batch_dot(x, w) * 0.125, [mx.nd.array(a), mx.nd.array(c)],
+                        mx.nd.array(head))
+    for got, want in zip([y] + ours, [ref_y] + ref):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+@requires_onednn3
 @requires_onednn3_bf16
 def test_offset_views_and_float32_operands():
     big = _values(6, 7, 129)

@@ -11,7 +11,7 @@ from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
 
-__all__ = ["fuse_sum", "fuse_activation", "float32_library_outputs", "drop_noop_casts"]
+__all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs", "drop_noop_casts"]
 
 #: Library kernels -> the activations they fuse (``act_type``), and those with a fused residual sum (``with_sum``).
 _ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu"})}
@@ -21,6 +21,10 @@ _ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "re
                 ("LeakyReLU", "gelu"): "gelu", ("_npx_leaky_relu", "gelu"): "gelu"}
 #: Library kernels that read float32 or low precision data and write the dtype of their ``dtype`` attribute.
 _ANY_FLOAT_DATA = frozenset(LAYER_NORM_OPS + SOFTMAX_OPS)
+#: Library products that take a scale (``alpha``), and the scalar ops that fold into it -> (factor of the scalar).
+_SCALE_FUSING = frozenset({"amp_batch_dot", "amp_matmul"})
+_SCALARS = {"_mul_scalar": lambda s: s, "_div_scalar": lambda s: 1.0 / s, "_npi_multiply_scalar": lambda s: s,
+            "_npi_true_divide_scalar": lambda s: 1.0 / s}
 #: Sums of two tensors of one shape (no broadcasting).
 _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
@@ -72,6 +76,30 @@ def fuse_activation(graph: dict) -> dict:
                 and uses[(src, idx)] == 1):
             alias[(nid, 0)] = (src, idx)
             fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type=act))
+    if not alias:
+        return graph
+    nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
+    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+def fuse_scale(graph: dict) -> dict:
+    """Inference graphs: a multiplication or division by a scalar that is the sole reader of an ``amp_batch_dot`` or
+    ``amp_matmul`` output becomes its ``alpha`` (a oneDNN post-op on the float32 accumulator: attention's
+    ``1 / sqrt(d)`` costs no pass over the scores)."""
+    uses = entry_uses(graph)
+    alias, fused = {}, {}
+    for nid, node in enumerate(graph["nodes"]):
+        factor = _SCALARS.get(node["op"])
+        attrs = node.get("attrs", {})
+        if factor is None or attrs.get("is_int", "False") not in ("False", "false", "0"):
+            continue
+        src, idx, _ = node["inputs"][0]
+        product = fused.get(src, graph["nodes"][src])
+        scale = factor(float(attrs.get("scalar", "1")))
+        if (product["op"] in _SCALE_FUSING and uses[(src, idx)] == 1 and scale != 0.0
+                and float(product.get("attrs", {}).get("alpha", "1")) == 1.0):
+            alias[(nid, 0)] = (src, idx)
+            fused[src] = dict(product, attrs=dict(product.get("attrs", {}), alpha=repr(scale)))
     if not alias:
         return graph
     nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]

@@ -19,7 +19,7 @@ from ..base.op_names import MATMUL_OPS
 from .builder import CastBuilder, RewriteStats
 from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node
-from .postops import drop_noop_casts, float32_library_outputs, fuse_activation, fuse_sum
+from .postops import drop_noop_casts, float32_library_outputs, fuse_activation, fuse_scale, fuse_sum
 from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
@@ -172,7 +172,7 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     out = float32_library_outputs(out, policy, var_dtypes)
     out = drop_noop_casts(out, var_dtypes, rewrite.build.stats)
     if inference:
-        out = fuse_activation(fuse_sum(out, var_dtypes))
+        out = fuse_scale(fuse_activation(fuse_sum(out, var_dtypes)))
     return out, rewrite.build.stats
 
 

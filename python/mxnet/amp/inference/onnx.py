@@ -118,9 +118,10 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
 def _mxnet_kernels(gdict, var_dtypes):
     """``gdict`` with this project's oneDNN 3 ops as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
-    float32: the same values, unrounded; a fused residual sum (``with_sum``) an ``elemwise_add`` after the op,
-    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``) after that, all in float32 and the result
-    cast to the op's output dtype, as the kernel rounds once. LayerNorm and softmax kernels with a ``dtype``
+    float32: the same values, unrounded. A folded scale (``alpha``) becomes a ``_mul_scalar`` after the op, a fused
+    residual sum (``with_sum``) an ``elemwise_add``, and a fused ``act_type`` an ``Activation`` (GELU:
+    ``LeakyReLU``) after that, all in float32 and the result cast to the op's output dtype, as the kernel rounds
+    once. LayerNorm and softmax kernels with a ``dtype``
     (float32 statistics, output in that dtype) become MXNet's op on their data cast to float32, cast to
     ``dtype`` after."""
     counts = num_outputs(gdict)
@@ -140,11 +141,12 @@ def _mxnet_kernels(gdict, var_dtypes):
             remap.update({(nid, i): (len(nodes) - 1, i) for i in range(counts[nid])})
             continue
         attrs = dict(node.get("attrs", {}))
+        alpha = attrs.pop("alpha", None)
         act = attrs.pop("act_type", None)
         addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
         out_dtype = attrs.pop("dtype", "None")
         cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
-        epilogue = act is not None or addend is not None
+        epilogue = act is not None or addend is not None or (alpha is not None and float(alpha) != 1.0)
         if epilogue and attrs.get("out_dtype") != "float32" and dtypes.get((nid, 0)) not in (None, "float32"):
             out_dtype = dtypes[(nid, 0)]  # computed in float32, rounded once at the end
         if attrs.pop("out_dtype", None) == "float32" or out_dtype != "None":
@@ -152,6 +154,8 @@ def _mxnet_kernels(gdict, var_dtypes):
                            "attrs": {"dtype": "float32"}}, [entry]) if k < cast else entry
                       for k, entry in enumerate(inputs)]
         out = add(dict(node, op=_MXNET_OPS[node["op"]], attrs=attrs), inputs)
+        if alpha is not None and float(alpha) != 1.0:  # a folded scale: the multiplication after the product
+            out = add({"op": "_mul_scalar", "name": node["name"] + "_alpha", "attrs": {"scalar": alpha}}, [out])
         if addend is not None:
             if epilogue and out_dtype not in ("None", "float32"):
                 addend = add({"op": "amp_cast", "name": node["name"] + "_addend_float32",

@@ -6,7 +6,8 @@
  * Operands are float32 or bfloat16 (both the same), products accumulate in float32, and the output has
  * the operands' dtype unless the attribute out_dtype (float32 or bfloat16) says otherwise. Attributes are
  * those of the MXNet op each one replaces, so the graph rewriter only renames the node. amp_fully_connected
- * also takes oneDNN post-ops that inference graphs fuse into it:
+ * also takes oneDNN post-ops that inference graphs fuse into it (amp_batch_dot and amp_matmul a scale, alpha: a
+ * scalar multiplication or division of their output, folded in):
  *   with_sum=True    one more input, the addend (the output's dtype and shape), added after the bias (a
  *                    residual sum; its gradient is dy through the activation);
  *   act_type         "relu" (the gradient masks dy) or "gelu" (erf, as LeakyReLU's; inference only: no
@@ -71,13 +72,20 @@ float activate(int act, float v) {
 struct DotParams {
   bool transpose_a = false, transpose_b = false;
   int out_dtype = -1;
+  float alpha = 1.f;  // the product's scale (a scalar factor folded in: attention's 1 / sqrt(d))
+
+  Epilogue epilogue() const {
+    Epilogue e;
+    e.alpha = alpha;
+    return e;
+  }
 };
 
 bool parse_dot(const char* op, const Attrs& attrs, DotParams* p) {
-  if (op == kMatmul) return parse_out_dtype(op, attrs, &p->out_dtype);
+  if (!parse_float(op, attrs, "alpha", 1.f, &p->alpha) || !parse_out_dtype(op, attrs, &p->out_dtype)) return false;
+  if (op == kMatmul) return true;
   return parse_bool(op, attrs, "transpose_a", false, &p->transpose_a) &&
-         parse_bool(op, attrs, "transpose_b", false, &p->transpose_b) &&
-         parse_out_dtype(op, attrs, &p->out_dtype);
+         parse_bool(op, attrs, "transpose_b", false, &p->transpose_b);
 }
 
 // ---- amp_fully_connected ----------------------------------------------------------------------------
@@ -332,8 +340,8 @@ MXReturnValue dot_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
 }
 
 template <const char* kOp>
-bool dot_problem(const Attrs& attrs, const MXTensor& a, const MXTensor& b, Problem* pr) {
-  DotParams p;
+bool dot_problem(const Attrs& attrs, const MXTensor& a, const MXTensor& b, Problem* pr, DotParams* params) {
+  DotParams& p = *params;
   std::string error;
   if (!parse_dot(kOp, attrs, &p)) return false;
   if (!make_problem(kOp, p, a.shape, b.shape, pr, &error)) {
@@ -356,7 +364,8 @@ template <const char* kOp>
 MXReturnValue dot_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                           const OpResource& res) {
   Problem pr;
-  if (!dot_problem<kOp>(attrs, (*inputs)[0], (*inputs)[1], &pr)) return MX_FAIL;
+  DotParams p;
+  if (!dot_problem<kOp>(attrs, (*inputs)[0], (*inputs)[1], &pr, &p)) return MX_FAIL;
   MXTensor& y = (*outputs)[0];
   const View c = with_ptr(pr.c, y.data_ptr, static_cast<int>(y.dtype));
   if (empty(c)) return MX_SUCCESS;
@@ -364,22 +373,22 @@ MXReturnValue dot_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
     zero(&y);
     return MX_SUCCESS;
   }
-  return gemm(kOp, pr.a, pr.b, c) ? MX_SUCCESS : MX_FAIL;
+  return gemm(kOp, pr.a, pr.b, c, p.epilogue()) ? MX_SUCCESS : MX_FAIL;
 }
 
 // grad (laid out like operand `like`, broadcast batch dimensions of size 1) = sum over broadcast of
-// x y, where x y has the batch dimensions of `full`.
+// alpha x y, where x y has the batch dimensions of `full`.
 bool product_into(const char* op, const View& x, const View& y, const View& like, const View& full,
-                  Scratch* keep) {
+                  const Epilogue& e, Scratch* keep) {
   bool broadcast = false;
   for (int i = 0; i < like.nb; ++i) broadcast = broadcast || like.dims[i] != full.dims[i];
-  if (!broadcast) return gemm(op, x, y, like);
+  if (!broadcast) return gemm(op, x, y, like, e);
   // Full product in float32, then summed into the broadcast dimensions.
   std::vector<int64_t> dims(full.dims, full.dims + full.nb);
   dims.push_back(like.rows());
   dims.push_back(like.cols());
   float* tmp = static_cast<float*>(scratch(keep, full.batch_size() * like.rows() * like.cols()));
-  if (!gemm(op, x, y, contiguous(tmp, kFloat32, dims))) return false;
+  if (!gemm(op, x, y, contiguous(tmp, kFloat32, dims), e)) return false;
   const CallTeam team;
   sum_broadcast_into(tmp, full.nb, full.dims, like.dims, like.strides, like.rows(), like.cols(), like.ptr,
                      like.dtype, team.threads());
@@ -390,7 +399,8 @@ template <const char* kOp>
 MXReturnValue dot_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                            const OpResource& res) {
   Problem pr;
-  if (!dot_problem<kOp>(attrs, (*inputs)[1], (*inputs)[2], &pr)) return MX_FAIL;
+  DotParams p;
+  if (!dot_problem<kOp>(attrs, (*inputs)[1], (*inputs)[2], &pr, &p)) return MX_FAIL;
   MXTensor& ga = (*outputs)[0];
   MXTensor& gb = (*outputs)[1];
   const View da = with_ptr(pr.a, ga.data_ptr, static_cast<int>(ga.dtype));
@@ -401,7 +411,8 @@ MXReturnValue dot_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
   }
   Scratch keep;
   const View dc = with_ptr(pr.c, in_dtype((*inputs)[0], pr.a.dtype, &keep), pr.a.dtype);
-  return product_into(kOp, dc, pr.b.t(), da, pr.c, &keep) && product_into(kOp, pr.a.t(), dc, db, pr.c, &keep)
+  return product_into(kOp, dc, pr.b.t(), da, pr.c, p.epilogue(), &keep) &&
+                 product_into(kOp, pr.a.t(), dc, db, pr.c, p.epilogue(), &keep)
              ? MX_SUCCESS
              : MX_FAIL;
 }
