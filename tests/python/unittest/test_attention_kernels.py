@@ -170,6 +170,56 @@ def test_bf16_gradients_match_mxnet_float32_kernels(op):
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
 
 
+def _unparts(parts, t, b, heads):
+    """(parts, B, heads, T, d) -> (T, B, heads * parts * d): the inverse of _parts."""
+    return parts.transpose(3, 1, 2, 0, 4).reshape(t, b, -1)
+
+
+def _reference_grads(op, inputs, head, heads):
+    """NumPy float64 gradients of each input of ``op`` for the output gradient ``head``."""
+    x = inputs[0].astype(np.float64)
+    t, b = x.shape[:2]
+    if op.endswith("_qk"):
+        self_att = op == "amp_selfatt_qk"
+        px = _parts(x, heads, 3 if self_att else 1)
+        pk = px if self_att else _parts(inputs[1], heads, 2)
+        q, k = px[0], pk[1 if self_att else 0]
+        scale = 1 / np.sqrt(q.shape[-1])
+        ds = head.astype(np.float64).reshape(q.shape[:2] + (q.shape[2], k.shape[2]))
+        dq, dk = scale * ds @ k, scale * ds.swapaxes(-1, -2) @ q
+        if self_att:
+            return [_unparts(np.stack([dq, dk, np.zeros_like(dq)]), t, b, heads)]
+        tk = inputs[1].shape[0]
+        return [_unparts(dq[None], t, b, heads), _unparts(np.stack([dk, np.zeros_like(dk)]), tk, b, heads)]
+    parts = 3 if op == "amp_selfatt_valatt" else 2
+    px = _parts(x, heads, parts)
+    v = px[parts - 1]
+    bb, h, tk, d = v.shape
+    att = inputs[1].astype(np.float64).reshape(bb, h, -1, tk)
+    dout = head.astype(np.float64).reshape(-1, bb, h, d).transpose(1, 2, 0, 3)  # (Tq, B, h d) -> (B, h, Tq, d)
+    datt, dv = dout @ v.swapaxes(-1, -2), att.swapaxes(-1, -2) @ dout
+    grads = [np.zeros_like(px[0])] * (parts - 1) + [dv]
+    return [_unparts(np.stack(grads), t, b, heads), datt.reshape(inputs[1].shape)]
+
+
+@requires_onednn3
+@requires_onednn3_bf16
+@pytest.mark.parametrize("op", sorted(CONTRIB))
+@pytest.mark.parametrize("sizes", [(5, 5, 3, 2, 7), (4, 9, 2, 3, 5), (33, 17, 2, 4, 64)])
+def test_bf16_gradients_match_numpy(op, sizes):
+    tq, tk, b, heads, d = sizes
+    if op.startswith("amp_selfatt"):
+        tk = tq
+    inputs = [bf16_round(x) for x in _inputs(op, tq, tk, b, heads, d)]
+    out_shape = _reference(op, inputs, heads)[0].shape
+    head = bf16_round(_values(*out_shape))
+    _, grads = _grads(getattr(mx.nd, op), [_as(x, "bfloat16") for x in inputs], _as(head, "bfloat16"), heads=heads)
+    for i, (got, want) in enumerate(zip(grads, _reference_grads(op, inputs, head, heads))):
+        assert got.dtype == BFLOAT16 and got.shape == want.shape
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max(),
+                                   err_msg="input %d" % i)
+
+
 @requires_onednn3
 @pytest.mark.parametrize("op, shapes, attrs, message", [
     ("amp_selfatt_qk", [(4, 2, 10)], {"heads": 2},
