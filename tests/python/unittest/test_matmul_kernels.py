@@ -154,6 +154,22 @@ def test_fused_residual_sum_and_activation_match_numpy(dtype, act, k):
 
 
 @requires_onednn3
+@requires_onednn3_bf16
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_fused_residual_sum_bf16_gradients_match_numpy(act):
+    """act(x w^T + b + addend) in bfloat16: the gradients of the four inputs against NumPy on the rounded values."""
+    x, w, b, addend, head = (bf16_round(_values(*shape)) for shape in ((7, 129), (33, 129), (33,), (7, 33), (7, 33)))
+    attrs = dict(num_hidden=33, with_sum=True, **({"act_type": act} if act else {}))
+    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(v) for v in (x, w, b, addend)], _bf16(head), **attrs)
+    z = x.astype(np.float64) @ w.T.astype(np.float64) + b + addend
+    g = head.astype(np.float64) * (z > 0 if act else 1)
+    for i, (got, want) in enumerate(zip(ours, [g @ w, g.T @ x, g.sum(axis=0), g])):
+        assert got.dtype == BFLOAT16
+        np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max(),
+                                   err_msg="input %d" % i)
+
+
+@requires_onednn3
 @pytest.mark.parametrize("act", [None, "relu"])
 def test_fused_residual_sum_gradients_match_mxnet(act):
     x, w, b, addend, head = _values(5, 9), _values(4, 9), _values(4), _values(5, 4), _values(5, 4)
