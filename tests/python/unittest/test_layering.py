@@ -224,3 +224,16 @@ def test_the_checks_see_private_and_unexported_names(tmp_path, monkeypatch):
     assert private_uses(_modules()) == ["b.py:3: a._SECRET", "c.py:3: a._SECRET"]
     assert unexported_uses(_modules()) == ["b.py:3: a._SECRET", "c.py:3: a._SECRET", "c.py:5: a.internal",
                                            "sub/d.py:2: a.internal"]
+
+
+def test_modules_and_functions_stay_small():
+    """No module over 450 lines but the data tables, no function (nested ones included) over 80."""
+    big, long = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if _module_name(path) not in DATA_MODULES and text.count("\n") > 450:
+            big.append("%s (%d lines)" % (_module_name(path), text.count("\n")))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append("%s.%s (%d lines)" % (_module_name(path), node.name, node.end_lineno - node.lineno + 1))
+    assert big == [] and long == [], (big, long)

@@ -48,10 +48,8 @@ def convert_bucketing_module(bucketing_mod: mx.mod.BucketingModule, target_dtype
 
     Raises
     ------
-    TypeError
-        ``bucketing_mod`` is not a BucketingModule.
-    ValueError
-        ``bucketing_mod`` is not bound or its parameters are not initialized.
+    TypeError, ValueError
+        ``bucketing_mod`` is not a BucketingModule; it is not bound or its parameters are not initialized.
     """
     offline = renamed_keywords("convert_bucketing_module", deprecated,
                                {"cast_params_offline": cast_params_offline})["cast_params_offline"]

@@ -190,14 +190,14 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
     """Convert a float32 model; return ``(sym, arg_params, aux_params)``.
 
     Every variable whose dtype is known carries it in its ``__dtype__`` attribute, so the symbol binds from the
-    input shapes alone. :func:`mxnet.amp.inference.convert.convert` also returns the summary.
+    input shapes alone (:func:`mxnet.amp.inference.convert.convert` also returns the summary).
 
     Parameters
     ----------
     sym : Symbol
         Legacy or numpy-mode symbol; not modified.
     arg_params, aux_params : dict of str to NDArray
-        The parameters; not modified (arrays that need no change are shared with the result).
+        The parameters; not modified (arrays needing no change are shared with the result).
     target_dtype : {'float16', 'bfloat16', 'auto'}
         ``'auto'``: float16 on a GPU context, bfloat16 on CPUs with bf16 arithmetic, else the model is returned
         in float32 (:mod:`mxnet.amp.core.advice`).
@@ -230,11 +230,8 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
         the target dtype natively and they are available (:meth:`mxnet.amp.Policy.library_kernel`);
         ``'mxnet'``: MXNet's own.
     fold_params : bool
-        Compute what the graph computes from parameters alone once, at conversion, and store the results as new
-        parameters named ``NODE_folded`` (:mod:`mxnet.amp.inference.constant_fold`): GluonNLP's attention
-        concatenates and casts its query, key and value weights at every call otherwise. The parameters it used
-        are dropped, so the result's parameter names differ from the model's (hence off by default, as upstream
-        has no such step); nothing is stored twice and nothing random is folded.
+        Compute parameter-only subgraphs once, as new parameters ``NODE_folded`` (GluonNLP's query/key/value weight
+        concatenation: :mod:`mxnet.amp.inference.constant_fold`); parameter names then differ from the model's.
     Returns
     -------
     (Symbol, dict, dict)
@@ -242,11 +239,9 @@ def convert_model(sym: mx.sym.Symbol, arg_params: Dict[str, mx.nd.NDArray], aux_
 
     Raises
     ------
-    TypeError
-        ``sym`` is not a Symbol or a parameter is not an NDArray.
-    ValueError
-        Unknown dtype or op name, an op in two overrides, a widest-type cast in ``target_dtype_ops`` or
-        ``fp32_ops`` (as upstream), or fusion asked for on a GPU or without oneDNN.
+    TypeError, ValueError
+        ``sym`` is not a Symbol or a parameter not an NDArray; an unknown dtype or op name, an op in two overrides,
+        a widest-type cast in ``target_dtype_ops`` or ``fp32_ops`` (as upstream), fusion on a GPU or without oneDNN.
 
     Example
     -------
