@@ -215,7 +215,7 @@ def run_child(model, variants, batch, repeat, timeout):
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    lines = [l for l in proc.stderr.splitlines() if l.strip() and "activated" not in l]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "activated" not in ln]
     last = lines[-1] if lines else "exit status %d" % proc.returncode
     return {v: {"error": "failed (exit %d): %s" % (proc.returncode, last[:160])} for v in variants}
 

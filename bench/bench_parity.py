@@ -112,9 +112,9 @@ def _child(model, config, epochs):
 def _run_child(model, config, epochs):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, config, str(epochs)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = [l for l in (proc.stderr or "").strip().splitlines() if l.strip()][-1:]
+        tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()][-1:]
         return {"error": "exit %d: %s" % (proc.returncode, tail[0][:120] if tail else "")}
     return json.loads(lines[-1])
 

@@ -107,3 +107,14 @@ def central_differences(loss, values, i, step):
         minus[i][idx] -= step / 2
         fd[idx] = (loss(plus) - loss(minus)) / step
     return fd
+
+
+def grads_of(op, arrays, head, **attrs):
+    """``(y, [gradient of each array])`` of ``y = op(*arrays, **attrs)`` for the output gradient ``head``."""
+    from mxnet import autograd
+    for a in arrays:
+        a.attach_grad()
+    with autograd.record():
+        y = op(*arrays, **attrs)
+    y.backward(head)
+    return y, [a.grad for a in arrays]

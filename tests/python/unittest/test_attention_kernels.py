@@ -18,7 +18,8 @@ from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import make_policy
 from mxnet.amp.graph.rewrite import rewrite_symbol
 
-from amp_testing import ONEDNN3_DTYPES, assert_accumulated, bf16_round, requires_onednn3, requires_onednn3_bf16
+from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, grads_of, requires_onednn3,
+                         requires_onednn3_bf16)
 
 RNG = np.random.RandomState(0)
 
@@ -84,15 +85,6 @@ def _np(arr):
     return mx.nd.amp_cast(arr, dtype=np.float32).asnumpy()
 
 
-def _grads(op, arrays, head, **attrs):
-    for a in arrays:
-        a.attach_grad()
-    with autograd.record():
-        y = op(*arrays, **attrs)
-    y.backward(head)
-    return y, [a.grad for a in arrays]
-
-
 # ---- kernels -------------------------------------------------------------------------------------------------
 @requires_onednn3
 @pytest.mark.parametrize("op", sorted(CONTRIB))
@@ -120,10 +112,10 @@ def test_float32_gradients_match_mxnet_contrib_kernels(op):
     if op.startswith("amp_selfatt"):
         tk = tq
     inputs = _inputs(op, tq, tk, b, heads, d)
-    ref_y, ref = _grads(CONTRIB[op], [mx.nd.array(x) for x in inputs], None, heads=heads)
+    ref_y, ref = grads_of(CONTRIB[op], [mx.nd.array(x) for x in inputs], None, heads=heads)
     head = _values(*ref_y.shape)
-    ref_y, ref = _grads(CONTRIB[op], [mx.nd.array(x) for x in inputs], mx.nd.array(head), heads=heads)
-    y, ours = _grads(getattr(mx.nd, op), [mx.nd.array(x) for x in inputs], mx.nd.array(head), heads=heads)
+    ref_y, ref = grads_of(CONTRIB[op], [mx.nd.array(x) for x in inputs], mx.nd.array(head), heads=heads)
+    y, ours = grads_of(getattr(mx.nd, op), [mx.nd.array(x) for x in inputs], mx.nd.array(head), heads=heads)
     np.testing.assert_allclose(y.asnumpy(), ref_y.asnumpy(), rtol=1e-5, atol=1e-6)
     for i, (got, want) in enumerate(zip(ours, ref)):
         np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6, err_msg="input %d" % i)
@@ -162,8 +154,8 @@ def test_bf16_gradients_match_mxnet_float32_kernels(op):
     rounded = [mx.nd.array(bf16_round(x)) for x in inputs]
     shape = CONTRIB[op](*rounded, heads=heads).shape
     head = bf16_round(_values(*shape))
-    ref_y, ref = _grads(CONTRIB[op], rounded, mx.nd.array(head), heads=heads)
-    y, ours = _grads(getattr(mx.nd, op), [_as(x, "bfloat16") for x in inputs], _as(head, "bfloat16"), heads=heads)
+    ref_y, ref = grads_of(CONTRIB[op], rounded, mx.nd.array(head), heads=heads)
+    y, ours = grads_of(getattr(mx.nd, op), [_as(x, "bfloat16") for x in inputs], _as(head, "bfloat16"), heads=heads)
     for got, want in zip([y] + ours, [ref_y] + ref):
         assert got.dtype == BFLOAT16
         want = want.asnumpy()
@@ -175,7 +167,7 @@ def _unparts(parts, t, b, heads):
     return parts.transpose(3, 1, 2, 0, 4).reshape(t, b, -1)
 
 
-def _reference_grads(op, inputs, head, heads):
+def _referencegrads_of(op, inputs, head, heads):
     """NumPy float64 gradients of each input of ``op`` for the output gradient ``head``."""
     x = inputs[0].astype(np.float64)
     t, b = x.shape[:2]
@@ -213,8 +205,8 @@ def test_bf16_gradients_match_numpy(op, sizes):
     inputs = [bf16_round(x) for x in _inputs(op, tq, tk, b, heads, d)]
     out_shape = _reference(op, inputs, heads)[0].shape
     head = bf16_round(_values(*out_shape))
-    _, grads = _grads(getattr(mx.nd, op), [_as(x, "bfloat16") for x in inputs], _as(head, "bfloat16"), heads=heads)
-    for i, (got, want) in enumerate(zip(grads, _reference_grads(op, inputs, head, heads))):
+    _, grads = grads_of(getattr(mx.nd, op), [_as(x, "bfloat16") for x in inputs], _as(head, "bfloat16"), heads=heads)
+    for i, (got, want) in enumerate(zip(grads, _referencegrads_of(op, inputs, head, heads))):
         assert got.dtype == BFLOAT16 and got.shape == want.shape
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max(),
                                    err_msg="input %d" % i)

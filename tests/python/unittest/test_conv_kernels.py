@@ -20,8 +20,8 @@ from mxnet.amp.graph.rewrite import rewrite_symbol
 from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import make_policy
 
-from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, requires_onednn3,
-                         requires_onednn3_bf16)
+from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, grads_of,
+                         requires_onednn3, requires_onednn3_bf16)
 
 
 RNG = np.random.RandomState(0)
@@ -142,12 +142,7 @@ def test_invalid_attributes_and_shapes_are_reported():
 
 
 def _grads(arrays, head, op=mx.nd.amp_convolution, **attrs):
-    for a in arrays:
-        a.attach_grad()
-    with autograd.record():
-        y = op(*arrays, **attrs)
-    y.backward(head)
-    return y, [a.grad for a in arrays]
+    return grads_of(op, arrays, head, **attrs)
 
 
 @requires_onednn3

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mxnet as mx
-from mxnet import amp, autograd, gluon
+from mxnet import amp, autograd
 from mxnet.gluon import nn
 from mxnet.amp.core import library
 from mxnet.amp.inference import convert as C
@@ -25,8 +25,8 @@ from mxnet.amp.graph.rewrite import rewrite_symbol
 from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import FLOAT32, KERNELS, NATIVE, make_policy
 
-from amp_testing import (ONEDNN3 as ONEDNN, ONEDNN3_DTYPES, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated,
-                         bf16_round, central_differences, requires_onednn3, requires_onednn3_bf16)
+from amp_testing import (ONEDNN3_DTYPES, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,
+                         central_differences, grads_of, requires_onednn3, requires_onednn3_bf16)
 
 RNG = np.random.RandomState(0)
 
@@ -108,8 +108,8 @@ def test_matmul_broadcasts_like_numpy(sa, sb):
 def test_fused_relu_matches_fully_connected_then_relu():
     x, w, b = _values(7, 129), _values(33, 129), _values(33)
     head = _values(7, 33)
-    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], mx.nd.array(head), num_hidden=33,
-                     act_type="relu", out_dtype="float32")
+    y, ours = grads_of(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], mx.nd.array(head), num_hidden=33,
+                       act_type="relu", out_dtype="float32")
     ref, mag, k = _fc_reference(x, w, b, True)
     assert_accumulated(y.asnumpy(), np.maximum(ref, 0), mag, k, "float32")
     rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
@@ -160,7 +160,7 @@ def test_fused_residual_sum_bf16_gradients_match_numpy(act):
     """act(x w^T + b + addend) in bfloat16: the gradients of the four inputs against NumPy on the rounded values."""
     x, w, b, addend, head = (bf16_round(_values(*shape)) for shape in ((7, 129), (33, 129), (33,), (7, 33), (7, 33)))
     attrs = dict(num_hidden=33, with_sum=True, **({"act_type": act} if act else {}))
-    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(v) for v in (x, w, b, addend)], _bf16(head), **attrs)
+    y, ours = grads_of(mx.nd.amp_fully_connected, [_bf16(v) for v in (x, w, b, addend)], _bf16(head), **attrs)
     z = x.astype(np.float64) @ w.T.astype(np.float64) + b + addend
     g = head.astype(np.float64) * (z > 0 if act else 1)
     for i, (got, want) in enumerate(zip(ours, [g @ w, g.T @ x, g.sum(axis=0), g])):
@@ -174,8 +174,8 @@ def test_fused_residual_sum_bf16_gradients_match_numpy(act):
 def test_fused_residual_sum_gradients_match_mxnet(act):
     x, w, b, addend, head = _values(5, 9), _values(4, 9), _values(4), _values(5, 4), _values(5, 4)
     attrs = dict(num_hidden=4, with_sum=True, **({"act_type": act} if act else {}))
-    _, ours = _grads(mx.nd.amp_fully_connected, [mx.nd.array(v) for v in (x, w, b, addend)], mx.nd.array(head),
-                     **attrs)
+    _, ours = grads_of(mx.nd.amp_fully_connected, [mx.nd.array(v) for v in (x, w, b, addend)], mx.nd.array(head),
+                       **attrs)
     arrays = [mx.nd.array(v) for v in (x, w, b, addend)]
     for a in arrays:
         a.attach_grad()
@@ -192,7 +192,7 @@ def test_fused_gelu_refuses_a_gradient_with_a_clear_error():
     arrays = [mx.nd.array(_values(5, 9)), mx.nd.array(_values(4, 9))]
     with pytest.raises(mx.base.MXNetError, match="act_type gelu is fused into inference graphs only; it has no "
                                                  "gradient"):
-        _grads(mx.nd.amp_fully_connected, arrays, mx.nd.ones((5, 4)), num_hidden=4, no_bias=True, act_type="gelu")
+        grads_of(mx.nd.amp_fully_connected, arrays, mx.nd.ones((5, 4)), num_hidden=4, no_bias=True, act_type="gelu")
         arrays[0].grad.wait_to_read()
 
 
@@ -200,9 +200,9 @@ def test_fused_gelu_refuses_a_gradient_with_a_clear_error():
 @pytest.mark.parametrize("op", ["amp_batch_dot", "amp_matmul"])
 def test_a_folded_scale_scales_the_product_and_its_gradients(op):
     a, c, head = _values(3, 5, 7), _values(3, 7, 4), _values(3, 5, 4)
-    y, ours = _grads(getattr(mx.nd, op), [mx.nd.array(a), mx.nd.array(c)], mx.nd.array(head), alpha=0.125)
-    ref_y, ref = _grads(lambda x, w: mx.nd.batch_dot(x, w) * 0.125, [mx.nd.array(a), mx.nd.array(c)],
-                        mx.nd.array(head))
+    y, ours = grads_of(getattr(mx.nd, op), [mx.nd.array(a), mx.nd.array(c)], mx.nd.array(head), alpha=0.125)
+    ref_y, ref = grads_of(lambda x, w: mx.nd.batch_dot(x, w) * 0.125, [mx.nd.array(a), mx.nd.array(c)],
+                          mx.nd.array(head))
     for got, want in zip([y] + ours, [ref_y] + ref):
         np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
 
@@ -237,15 +237,6 @@ def test_invalid_attributes_and_dtypes_are_reported():
         mx.nd.amp_batch_dot(_bf16(_values(2, 3, 4)), _bf16(_values(3, 4, 5))).wait_to_read()
 
 
-def _grads(op, arrays, head, **attrs):
-    for a in arrays:
-        a.attach_grad()
-    with autograd.record():
-        y = op(*arrays, **attrs)
-    y.backward(head)
-    return y, [a.grad for a in arrays]
-
-
 @requires_onednn3
 @pytest.mark.parametrize("case", ["fc", "fc_flat", "batch_dot", "matmul_broadcast"])
 def test_gradients_match_finite_differences(case):
@@ -261,7 +252,7 @@ def test_gradients_match_finite_differences(case):
     values = [_values(*s).astype(np.float64) for s in shapes]
     out_shape = op(*[mx.nd.array(v) for v in values], **attrs).shape
     head = _values(*out_shape)
-    _, grads = _grads(op, [mx.nd.array(v) for v in values], mx.nd.array(head), **attrs)
+    _, grads = grads_of(op, [mx.nd.array(v) for v in values], mx.nd.array(head), **attrs)
 
     def loss(vals):
         return float((op(*[mx.nd.array(v) for v in vals], **attrs).asnumpy().astype(np.float64) * head).sum())
@@ -276,11 +267,11 @@ def test_gradients_match_finite_differences(case):
 def test_bf16_gradients_match_mxnet_float32_kernels(flatten):
     x, w, b = _values(7, 3, 129), _values(33, 387 if flatten else 129), _values(33)
     head = _values(*((7, 33) if flatten else (7, 3, 33)))
-    y, ours = _grads(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], _bf16(head), num_hidden=33,
-                     flatten=flatten)
+    y, ours = grads_of(mx.nd.amp_fully_connected, [_bf16(x), _bf16(w), _bf16(b)], _bf16(head), num_hidden=33,
+                       flatten=flatten)
     rounded = [mx.nd.array(bf16_round(v)) for v in (x, w, b)]
-    ref_y, ref = _grads(mx.nd.FullyConnected, rounded, mx.nd.array(bf16_round(head)), num_hidden=33,
-                        flatten=flatten)
+    ref_y, ref = grads_of(mx.nd.FullyConnected, rounded, mx.nd.array(bf16_round(head)), num_hidden=33,
+                          flatten=flatten)
     for got, want in zip([y] + ours, [ref_y] + ref):
         assert got.dtype == BFLOAT16
         want = want.asnumpy()
@@ -291,10 +282,10 @@ def test_bf16_gradients_match_mxnet_float32_kernels(flatten):
 @requires_onednn3_bf16
 def test_batch_dot_gradients_match_mxnet_float32_kernels():
     a, c, head = _values(4, 7, 129), _values(4, 33, 129), _values(4, 7, 33)
-    _, ours = _grads(mx.nd.amp_batch_dot, [_bf16(a), _bf16(c)], mx.nd.array(head), transpose_b=True,
-                     out_dtype="float32")
-    _, ref = _grads(mx.nd.batch_dot, [mx.nd.array(bf16_round(a)), mx.nd.array(bf16_round(c))],
-                    mx.nd.array(bf16_round(head)), transpose_b=True)
+    _, ours = grads_of(mx.nd.amp_batch_dot, [_bf16(a), _bf16(c)], mx.nd.array(head), transpose_b=True,
+                       out_dtype="float32")
+    _, ref = grads_of(mx.nd.batch_dot, [mx.nd.array(bf16_round(a)), mx.nd.array(bf16_round(c))],
+                      mx.nd.array(bf16_round(head)), transpose_b=True)
     for got, want in zip(ours, ref):
         want = want.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())

@@ -77,7 +77,8 @@ def _ln_reference(x, g, b, dy, eps):
     xs = np.abs(xhat) + rstd * np.abs(x)  # the scale of xhat's errors
     gdy = g * dy
     dx = rstd * (gdy - gdy.mean(-1, keepdims=True) - xhat * (gdy * xhat).mean(-1, keepdims=True))
-    dx_scale = rstd * (np.abs(gdy) + np.abs(gdy).mean(-1, keepdims=True) + xs * np.abs(gdy * xs).mean(-1, keepdims=True))
+    dx_scale = rstd * (np.abs(gdy) + np.abs(gdy).mean(-1, keepdims=True)
+                       + xs * np.abs(gdy * xs).mean(-1, keepdims=True))
     rows = (-1, x.shape[-1])
     return (xhat * g + b, xs * np.abs(g) + np.abs(b) + np.abs(g), dx, dx_scale,
             (dy * xhat).reshape(rows).sum(0), np.abs(dy * xs).reshape(rows).sum(0),
@@ -377,7 +378,8 @@ def test_a_softmax_read_only_as_float32_writes_float32(monkeypatch):
     low, _ = rewrite_symbol(mx.sym.Group([head, mx.sym.LayerNorm(x, name="ln")]), make_policy("bfloat16"), "cpu")
     nodes = _nodes(low)
     heads = [nodes[h[0]] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]]
-    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == [("amp_softmax", "float32"), ("amp_layer_norm", "float32")]
+    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == [("amp_softmax", "float32"),
+                                                              ("amp_layer_norm", "float32")]
     assert next(n for n in nodes if n["name"] == "fc")["attrs"]["out_dtype"] == "float32"  # no bfloat16 at all
 
 
