@@ -378,8 +378,8 @@ def test_a_softmax_read_only_as_float32_writes_float32(monkeypatch):
     low, _ = rewrite_symbol(mx.sym.Group([head, mx.sym.LayerNorm(x, name="ln")]), make_policy("bfloat16"), "cpu")
     nodes = _nodes(low)
     heads = [nodes[h[0]] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]]
-    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == [("amp_softmax", "float32"),
-                                                              ("amp_layer_norm", "float32")]
+    want = [("amp_softmax", "float32"), ("amp_layer_norm", "float32")]
+    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == want
     assert next(n for n in nodes if n["name"] == "fc")["attrs"]["out_dtype"] == "float32"  # no bfloat16 at all
 
 
