@@ -118,3 +118,27 @@ def grads_of(op, arrays, head, **attrs):
         y = op(*arrays, **attrs)
     y.backward(head)
     return y, [a.grad for a in arrays]
+
+
+def check_float32_params(op, x, w, b, head, **attrs):
+    """``op`` with ``param_dtype="float32"`` (float32 weight and bias beside bfloat16 data) against the same op on
+    the parameters cast to bfloat16: the output and the data gradient bit for bit (the kernel rounds the weight as a
+    cast does; the bias is one bfloat16 represents exactly); the weight and bias gradients float32, and rounded to
+    bfloat16 within one bfloat16 step of the cast path's (which rounds its float32 accumulator once)."""
+    import mxnet as mx
+    from mxnet.amp.base.dtypes import BFLOAT16
+
+    def low(v):
+        return mx.nd.amp_cast(mx.nd.array(v), dtype=BFLOAT16)
+
+    b = bf16_round(b)
+    y, grads = grads_of(op, [low(x), mx.nd.array(w), mx.nd.array(b)], low(head), param_dtype="float32", **attrs)
+    ref_y, refs = grads_of(op, [low(x), low(w), low(b)], low(head), **attrs)
+    assert y.dtype == grads[0].dtype == BFLOAT16 and grads[1].dtype == grads[2].dtype == np.float32
+    as32 = [mx.nd.amp_cast(a, dtype=np.float32).asnumpy() for a in [y, grads[0], ref_y, refs[0]]]
+    np.testing.assert_array_equal(as32[0], as32[2])
+    np.testing.assert_array_equal(as32[1], as32[3])
+    for got, want in zip(grads[1:], refs[1:]):
+        got, want = got.asnumpy(), mx.nd.amp_cast(want, dtype=np.float32).asnumpy()
+        np.testing.assert_allclose(bf16_round(got), want, rtol=2 ** -7, atol=2 ** -8 * np.abs(want).max())
+    return grads

@@ -91,11 +91,37 @@ def test_bfloat16_data_against_a_float64_reference(train):
     ({"eps": 0}, "amp_batch_norm: attribute eps must be > 0"),
     ({"axis": 4}, "amp_batch_norm: axis 4 is out of range for data of 4 dimensions"),
     ({"momentum": "fast"}, "amp_batch_norm: attribute momentum must be a number"),
+    ({"act_type": "tanh"}, "amp_batch_norm: attribute act_type must be relu \\(got 'tanh'\\)"),
 ])
 def test_bad_attributes_are_named(kwargs, message):
     args = [mx.nd.array(X)] + [mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR)] + [mx.nd.ones((1,))]
     with pytest.raises(mx.base.MXNetError, match=message):
         mx.nd.amp_batch_norm(*args, **kwargs)[0].wait_to_read()
+
+
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+@pytest.mark.parametrize("train", [True, False])
+def test_fused_relu_matches_batch_norm_then_relu(dtype, train):
+    """act_type="relu" (fused into training graphs): relu(BatchNorm(x)), and the gradient through both; the masked
+    gradient is written into dx first and normalised in place there."""
+    def run(fused):
+        x = mx.nd.array(X)
+        x = mx.nd.amp_cast(x, dtype=BFLOAT16) if dtype else x
+        g, b, m, v = (mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR))
+        for a in (x, g, b):
+            a.attach_grad()
+        with autograd.record(train_mode=train):
+            mode = mx.nd.array([0.0 if train else 1.0])
+            attrs = {"act_type": "relu"} if fused else {}
+            y = mx.nd.amp_batch_norm(x, g, b, m, v, mode, fix_gamma=False, **attrs)[0]
+            y = y if fused else mx.nd.relu(y)
+        head = mx.nd.array(DY)
+        y.backward(mx.nd.amp_cast(head, dtype=BFLOAT16) if dtype else head, train_mode=train)
+        return [mx.nd.amp_cast(a, dtype="float32").asnumpy() for a in (y, x.grad, g.grad, b.grad, m, v)]
+    fused, composed = run(True), run(False)
+    assert (fused[0] >= 0).all() and (fused[0] == 0).any() and (fused[0] > 0).any()
+    for name, a, b in zip(("y", "dx", "dgamma", "dbeta", "moving_mean", "moving_var"), fused, composed):
+        np.testing.assert_array_equal(a, b, err_msg=name)  # the same arithmetic, in the same order
 
 
 def test_statistics_must_be_float32_of_the_channels():
@@ -140,7 +166,10 @@ def test_training_graphs_keep_batch_norm_in_bfloat16_on_the_library_kernel():
     mode = [i for i, n in enumerate(nodes) if n["op"] == "Dropout"]
     assert len(mode) == 1 and nodes[mode[0]]["attrs"]["p"] == "0.5"  # one mode flag per graph
     assert nodes[nodes[mode[0]]["inputs"][0][0]]["op"] == "_ones"
-    for bn in _bn_nodes(low):
+    bns = _bn_nodes(low)
+    assert [bn.get("attrs", {}).get("act_type") for bn in bns] == ["relu", None]  # the ReLU after the first fused
+    assert "Activation" not in [n["op"] for n in nodes]
+    for bn in bns:
         assert bn["inputs"][-1][0] == mode[0]
         assert nodes[bn["inputs"][0][0]]["op"] == "amp_convolution"  # bfloat16 straight from the convolution
     # no float32 island: no cast of the data around either BatchNorm

@@ -20,8 +20,8 @@ from mxnet.amp.graph.rewrite import rewrite_symbol
 from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import make_policy
 
-from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, grads_of,
-                         requires_onednn3, requires_onednn3_bf16)
+from amp_testing import (ONEDNN3_DTYPES, assert_accumulated, bf16_round, central_differences, check_float32_params,
+                         grads_of, requires_onednn3, requires_onednn3_bf16)
 
 
 RNG = np.random.RandomState(0)
@@ -179,6 +179,21 @@ def test_bf16_gradients_match_mxnet_float32_convolution():
         assert got.dtype == BFLOAT16
         want = want.asnumpy()
         np.testing.assert_allclose(_np(got), want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+
+
+@requires_onednn3
+@requires_onednn3_bf16
+@pytest.mark.parametrize("op, x, w, attrs", [
+    ("amp_convolution", (2, 8, 9, 9), (16, 4, 3, 3), dict(kernel=(3, 3), pad=(1, 1), num_filter=16, num_group=2)),
+    ("amp_convolution", (2, 16, 4, 4), (8, 16, 3, 3), dict(kernel=(3, 3), stride=(2, 2), num_filter=8)),  # a GEMM
+    ("amp_deconvolution", (2, 8, 5, 5), (8, 4, 4, 4), dict(kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=4,
+                                                           no_bias=False))], ids=["conv", "conv_gemm", "deconv"])
+def test_float32_parameters_are_read_as_they_are(op, x, w, attrs):
+    """param_dtype="float32" (training graphs): the weight converted per call, float32 weight and bias gradients."""
+    y_shape = getattr(mx.nd, op)(_bf16(_values(*x)), _bf16(_values(*w)), _bf16(_values(attrs["num_filter"])),
+                                 **attrs).shape
+    check_float32_params(getattr(mx.nd, op), _values(*x), _values(*w), _values(attrs["num_filter"]),
+                         _values(*y_shape), **attrs)
 
 
 @requires_onednn3
@@ -437,7 +452,9 @@ def test_deconvolution_runs_on_the_library_wherever_amp_rewrites_it(monkeypatch,
         remove_amp_cast=False))["nodes"]
     up = next(n for n in nodes if n["name"] == "up")
     assert up["op"] == "amp_deconvolution"
-    feeds = {nodes[i]["op"] for i, _, _ in up["inputs"]}
-    assert feeds == ({"amp_round"} if emulate else {"amp_cast"})
+    feeds = [nodes[i]["op"] for i, _, _ in up["inputs"]]
+    # native training graphs: the data cast, the float32 weight read as it is (param_dtype)
+    assert feeds == (["amp_round", "amp_round"] if emulate else ["amp_cast", "null"])
+    assert up.get("attrs", {}).get("param_dtype") == (None if emulate else "float32")
     kept = rewrite_symbol(sym, make_policy(dtype, emulate=emulate, kernels="mxnet"), "cpu")[0]
     assert "amp_deconvolution" not in kept.tojson()

@@ -136,3 +136,62 @@ def test_static_graphs_train_on_the_laid_out_gradients(when):
     _train(amp_net, [mx.cpu()], True, steps=4)
     for p, q in zip(amp_net.collect_params().values(), plain.collect_params().values()):
         np.testing.assert_allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5, atol=1e-6, err_msg=p.name)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_deferred_shapes_are_laid_out_inside_the_first_hybridized_call(static):
+    """Deferred shapes in a hybridized block: the block's first call lays the gradients out after it finishes the
+    parameters and before it builds its CachedOp, so the first backward already writes into the buffer (nothing
+    laid out, no CachedOp dropped, at the step) and training matches plain Gluon's."""
+    def net_of():
+        mx.random.seed(3)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
+        net.initialize(mx.init.Xavier())
+        net.hybridize(static_alloc=static, static_shape=static)
+        return net
+
+    plain, amp_net = net_of(), net_of()
+    mx.random.seed(4)
+    _train(plain, [mx.cpu()], False, steps=3)
+    trainer = gluon.Trainer(amp_net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    init_trainer(trainer, LossScaler(init_scale=8.0, dynamic=False))
+    assert trainer._mxnet_amp.grads is None  # the shapes are not known yet
+    mx.random.seed(4)
+    rs = np.random.RandomState(0)
+    for step in range(3):
+        with autograd.record():
+            loss = amp_net(mx.nd.array(rs.uniform(-1, 1, (2, 4)))).square().sum()
+            if step == 0:
+                buffers = trainer._mxnet_amp.grads  # laid out by the forward, before any backward
+                assert buffers is not None and buffers.current(trainer._params)
+                cached = amp_net._cached_op
+            with scale_loss(loss, trainer) as scaled:
+                autograd.backward(scaled)
+        trainer.step(2)
+    assert trainer._mxnet_amp.grads is buffers and amp_net._cached_op is cached  # nothing laid out or rebuilt again
+    assert all("_finish_deferred_init" not in vars(p) for p in amp_net.collect_params().values())  # hooks removed
+    for p, q in zip(amp_net.collect_params().values(), plain.collect_params().values()):
+        np.testing.assert_allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5, atol=1e-6, err_msg=p.name)
+
+
+def test_deferred_shapes_finished_block_by_block_wait_for_the_step():
+    """A block called imperatively finishes its children's parameters one block at a time, recording ops on the
+    first before the last exists: those gradients must not be moved under the recorded graph. The first step lays
+    them out, and training matches plain Gluon's."""
+    def net_of():
+        mx.random.seed(3)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
+        net.initialize(mx.init.Xavier())
+        net[1].hybridize()  # the last parameters are finished inside a hybridized call, the first ones are not
+        return net
+
+    plain, amp_net = net_of(), net_of()
+    mx.random.seed(4)
+    _train(plain, [mx.cpu()], False, steps=3)
+    mx.random.seed(4)
+    trainer = _train(amp_net, [mx.cpu()], True, steps=3)
+    assert trainer._mxnet_amp.grads.current(trainer._params)
+    for p, q in zip(amp_net.collect_params().values(), plain.collect_params().values()):
+        np.testing.assert_allclose(p.data().asnumpy(), q.data().asnumpy(), rtol=1e-5, atol=1e-6, err_msg=p.name)

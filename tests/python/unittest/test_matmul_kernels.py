@@ -26,7 +26,7 @@ from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core.policy import FLOAT32, KERNELS, NATIVE, make_policy
 
 from amp_testing import (ONEDNN3_DTYPES, ONEDNN3_INFO as ONEDNN_INFO, assert_accumulated, bf16_round,
-                         central_differences, grads_of, requires_onednn3, requires_onednn3_bf16)
+                         central_differences, check_float32_params, grads_of, requires_onednn3, requires_onednn3_bf16)
 
 RNG = np.random.RandomState(0)
 
@@ -225,6 +225,26 @@ def test_offset_views_and_float32_operands():
 
 
 @requires_onednn3
+@requires_onednn3_bf16
+@pytest.mark.parametrize("shape, flatten", [((7, 129), True), ((3, 5, 33), False)])
+def test_float32_parameters_are_read_as_they_are(shape, flatten):
+    """param_dtype="float32" (training graphs): no bfloat16 copy of the weight is kept and the float32 gradients are
+    written directly; the weight gradient is x^T dy of the bfloat16 operands, accumulated in float32."""
+    k = shape[-1] if not flatten else int(np.prod(shape[1:]))
+    x, w, b, head = _values(*shape), _values(17, k), _values(17), _values(*(shape[:-1] + (17,)))
+    _, dw, _ = check_float32_params(mx.nd.amp_fully_connected, x, w, b, head, num_hidden=17, flatten=flatten)
+    x2, g2 = bf16_round(x).reshape(-1, k).astype(np.float64), bf16_round(head).reshape(-1, 17).astype(np.float64)
+    assert_accumulated(dw.asnumpy(), g2.T @ x2, np.abs(g2).T @ np.abs(x2), x2.shape[0], "float32")
+    with pytest.raises(mx.base.MXNetError, match="param_dtype must be float32 or None \\(got 'bfloat16'\\)"):
+        mx.nd.amp_fully_connected(_bf16(x), mx.nd.array(w), num_hidden=17, no_bias=True, flatten=flatten,
+                                  param_dtype="bfloat16").wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="input 1 has dtype bfloat16; with param_dtype=float32 every "
+                                                 "parameter must have it"):
+        mx.nd.amp_fully_connected(_bf16(x), _bf16(w), num_hidden=17, no_bias=True, flatten=flatten,
+                                  param_dtype="float32").wait_to_read()
+
+
+@requires_onednn3
 def test_invalid_attributes_and_dtypes_are_reported():
     x, w = _bf16(_values(2, 3)), _bf16(_values(4, 3))
     with pytest.raises(mx.base.MXNetError, match="out_dtype must be float32 or bfloat16 \\(got 'float16'\\)"):
@@ -380,19 +400,37 @@ def test_emulating_devices_run_the_library_float32_kernels(monkeypatch):
 @requires_onednn3
 @requires_onednn3_bf16
 def test_products_read_only_as_float32_write_float32(monkeypatch):
-    # qk feeds softmax (amp_softmax, which takes float32 scores and writes bfloat16) through a division, av the
-    # float32 output: both write float32 (no bf16 division, no cast); q feeds two bf16 products and stays bf16.
+    # Inference: qk feeds softmax (amp_softmax, which takes float32 scores and writes bfloat16) through a division
+    # that folds into its alpha, av is the float32 output: both write float32 (no cast); q feeds two bf16 products
+    # and stays bf16.
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    low, _ = rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu", inference=True)
+    nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
+    qk, av, q = (next(n for n in nodes if n["name"] == name) for name in ("qk", "av", "q"))
+    assert qk["attrs"]["out_dtype"] == av["attrs"]["out_dtype"] == "float32" and "out_dtype" not in q["attrs"]
+    assert qk["attrs"]["alpha"] == "0.5" and "_div_scalar" not in [n["op"] for n in nodes]
+    assert "amp_cast" not in {nodes[h[0]]["op"] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]}
+    softmax = next(n for n in nodes if n["op"] == "amp_softmax")
+    assert nodes[softmax["inputs"][0][0]] is qk and softmax["attrs"]["dtype"] == "bfloat16"  # no cast between them
+
+
+@requires_onednn3
+@requires_onednn3_bf16
+def test_training_graphs_keep_low_precision_outputs_and_fold_the_scale(monkeypatch):
+    # Training graphs: backward keeps every library kernel's inputs and outputs, so the products write bfloat16
+    # (no float32 scores beside the bfloat16 ones), the division folds into qk's alpha (its gradient carries it)
+    # and softmax reads and writes bfloat16; the weights stay float32, read as they are (param_dtype).
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     low, _ = rewrite_symbol(_attention_symbol(), make_policy("bfloat16"), "cpu")
     nodes = json.loads(low.tojson(remove_amp_cast=False))["nodes"]
-    qk = next(n for n in nodes if n["name"] == "qk")
-    av = next(n for n in nodes if n["name"] == "av")
-    q = next(n for n in nodes if n["name"] == "q")
-    assert qk["attrs"]["out_dtype"] == av["attrs"]["out_dtype"] == "float32" and "out_dtype" not in q["attrs"]
-    assert "amp_cast" not in {nodes[h[0]]["op"] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]}
-    div = next(i for i, n in enumerate(nodes) if n["op"] == "_div_scalar")
-    softmax = next(n for n in nodes if n["op"] == "amp_softmax")
-    assert softmax["inputs"][0][0] == div and softmax["attrs"]["dtype"] == "bfloat16"  # no cast between them
+    products = [n for n in nodes if n["op"] in ("amp_batch_dot", "amp_fully_connected")]
+    assert len(products) == 4 and all("out_dtype" not in n.get("attrs", {}) for n in products[:-1])
+    qk, softmax = next(n for n in nodes if n["name"] == "qk"), next(n for n in nodes if n["op"] == "amp_softmax")
+    assert qk["attrs"]["alpha"] == "0.5" and nodes[softmax["inputs"][0][0]] is qk
+    assert softmax["attrs"]["dtype"] == "bfloat16"
+    for fc in (n for n in nodes if n["op"] == "amp_fully_connected"):
+        assert fc["attrs"]["param_dtype"] == "float32"
+        assert [nodes[i]["op"] for i, _, _ in fc["inputs"]][1:] == ["null"] * (len(fc["inputs"]) - 1)
 
 
 @requires_onednn3
@@ -406,8 +444,9 @@ def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
     nodes = json.loads(out.symbol.tojson(remove_amp_cast=False))["nodes"]
     assert "Activation" not in [n["op"] for n in nodes]
     assert next(n for n in nodes if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
-    train, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs keep the ReLU
-    assert "Activation" in _ops(train)
+    train, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")  # amp.init graphs fuse the ReLU too
+    assert "Activation" not in _ops(train)
+    assert next(n for n in json.loads(train.tojson())["nodes"] if n["name"] == "fc1")["attrs"]["act_type"] == "relu"
     rng = np.random.RandomState(3)
     args = {"data": rng.uniform(-1, 1, (5, 6)), "fc1_weight": rng.uniform(-1, 1, (8, 6)),
             "fc1_bias": rng.uniform(-1, 1, (8,)), "fc2_weight": rng.uniform(-1, 1, (4, 8)),

@@ -98,7 +98,8 @@ def test_converted_native_graph_keeps_bf16_away_from_broken_kernels(fuse):
                     kernels="mxnet")  # the library's kernels: test_matmul_kernels.py
     dtypes = dict({k: v.dtype for k, v in out.arg_params.items()}, data=np.float32)
     nodes = _input_dtypes(out.symbol, dtypes)
-    assert any(op == "transpose" for op, _ in nodes)
+    # the head split's transposes swap two axes: SwapAxis moves the bfloat16 values (lists.transpose_swaps)
+    assert any(op == "SwapAxis" and ins == ["bfloat16"] for op, ins in nodes)
     for op, ins in nodes:
         if op in _BROKEN:
             assert "bfloat16" not in ins, (op, ins)
@@ -329,7 +330,8 @@ def test_relu_on_bf16_becomes_onednn_activation_where_bf16_is_native(monkeypatch
     assert not lists.native_substitutes("float16", "cpu") and not lists.native_substitutes("bfloat16", "gpu")
     x = mx.sym.var("data")
     sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
-    low, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=emulate), "cpu")
+    # MXNet's FullyConnected: the library's would take the ReLU as its act_type (test_matmul_kernels.py)
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=emulate, kernels="mxnet"), "cpu")
     relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
     if emulate:  # float32 values on an emulated path: MXNet's relu stays
         assert relu["op"] == "relu"
@@ -342,7 +344,7 @@ def test_relu_substituted_on_bf16_gives_relu_of_the_rounded_values():
     # the values need MXNet's bfloat16 kernels: checked where the CPU has them, skipped with the reason elsewhere
     x = mx.sym.var("data")
     sym = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="r")
-    low, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", kernels="mxnet"), "cpu")
     relu = next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["name"] == "r")
     assert relu["op"] == "Activation"
     values = np.random.RandomState(1).uniform(-1, 1, (4, 5)).astype(np.float32)
@@ -350,3 +352,38 @@ def test_relu_substituted_on_bf16_gives_relu_of_the_rounded_values():
             "fc_bias": mx.nd.zeros(6)}
     got = low.eval(ctx=mx.cpu(), **args)[0].astype("float32").asnumpy()
     np.testing.assert_array_equal(got[:, :5], np.maximum(bf16_round(values), 0))
+
+
+# ---- transposes of bfloat16 data: axis swaps (lists.transpose_swaps) ---------------------------------------
+_MOVES = ("transpose", "_np_transpose", "SwapAxis", "_npi_swapaxes")
+
+
+def _swapped(sym, **policy):
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", **dict({"emulate": False}, **policy)), "cpu")
+    return next(n for n in json.loads(low.tojson(remove_amp_cast=False))["nodes"] if n["op"] in _MOVES), low
+
+
+def test_transposes_of_bfloat16_that_swap_two_axes_run_as_swapaxis():
+    # MXNet's oneDNN bfloat16 transpose corrupts the heap (so transpose is a float32 op); SwapAxis moves bfloat16
+    # values correctly: a head split's transpose keeps the heads in bfloat16, with no cast around it
+    assert lists.transpose_swaps("bfloat16", "cpu") == {"transpose": "SwapAxis"}
+    assert not lists.transpose_swaps("float16", "cpu") and not lists.transpose_swaps("bfloat16", "gpu")
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=24, flatten=False, name="fc")
+    heads = mx.sym.reshape(fc, shape=(0, 0, 4, 6))
+    node, low = _swapped(mx.sym.transpose(heads, axes=(0, 2, 1, 3)))
+    assert (node["op"], node["attrs"]) == ("SwapAxis", {"dim1": "1", "dim2": "2"})
+    assert ("SwapAxis", ["bfloat16"]) in _input_dtypes(low, {"data": np.float32})
+    rng = np.random.RandomState(5)
+    args = {"data": rng.uniform(-1, 1, (2, 3, 5)), "fc_weight": rng.uniform(-1, 1, (24, 5)), "fc_bias": np.zeros(24)}
+    got = low.eval(ctx=mx.cpu(), **{k: mx.nd.array(v) for k, v in args.items()})[0]
+    y = bf16_round(bf16_round(args["data"]).reshape(6, 5) @ bf16_round(args["fc_weight"]).T.astype(np.float64))
+    np.testing.assert_allclose(got.asnumpy(), y.reshape(2, 3, 4, 6).transpose(0, 2, 1, 3), rtol=2 ** -7)
+    for axes in ((0, 2, 3, 1), ()):  # not one swap (or the reversal, which needs the rank): float32, as before
+        assert _swapped(mx.sym.transpose(heads, axes=axes))[0]["op"] == "transpose"
+    assert _swapped(mx.sym.transpose(mx.sym.var("data"), axes=(1, 0)))[0]["op"] == "transpose"  # float32 data
+    assert _swapped(mx.sym.transpose(heads, axes=(0, 2, 1, 3)), emulate=True)[0]["op"] == "transpose"
+    np_fc = mx.sym.npx.fully_connected(*(mx.sym.var(n).as_np_ndarray() for n in ("data", "w", "b")), num_hidden=24,
+                                       flatten=False)
+    node, low = _swapped(mx.sym.np.transpose(mx.sym.np.reshape(np_fc, (2, 3, 4, 6)), axes=(0, 2, 1, 3)))
+    assert node["op"] == "_np_transpose"  # numpy mode's transpose runs bfloat16 natively
+    assert ("_np_transpose", ["bfloat16"]) in _input_dtypes(low, {"data": np.float32})

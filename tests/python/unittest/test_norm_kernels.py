@@ -309,7 +309,8 @@ def test_plans_put_the_kernels_in_training_and_inference_graphs(monkeypatch, op)
         for data in ("bfloat16", "float32"):
             plan = plan_node(_plain_node(op, axis=-1), policy, "cpu", inference, [data, "float32", "float32"],
                              data == "bfloat16")
-            out = "float32" if "log" in op else data  # log-probabilities feed losses: float32
+            # log-probabilities feed losses: float32; training graphs keep no float32 copy for backward
+            out = "float32" if "log" in op else data if inference else "bfloat16"
             assert (plan.op, plan.attrs, plan.stats_kernel) == (_ROUTED[op], {"dtype": out}, True)
     for attrs, data in (({"axis": 1}, "bfloat16"), ({}, "float16"), ({}, None), ({"output_mean_var": True}, "bfloat16"),
                         ({"dtype": "float64"}, "bfloat16")):
@@ -347,7 +348,8 @@ def test_rewrite_keeps_the_data_low_precision_and_computes_the_same(monkeypatch,
     assert nodes[ln["inputs"][0][0]]["name"] == "fc1"  # bfloat16 straight from the product: no cast
     assert [nodes[i]["op"] for i, _, _ in ln["inputs"][1:]] == ["null", "null"]  # gamma, beta: float32 as stored
     assert [nodes[i]["name"] for i, _, _ in sm["inputs"]] == ["fc2", "lengths"]  # the lengths as they are
-    assert by_name["fc2"]["attrs"]["out_dtype"] == "float32"  # the scores reach the softmax in float32
+    # inference: the scores reach the softmax in float32; training keeps the bfloat16 scores only
+    assert by_name["fc2"].get("attrs", {}).get("out_dtype") == ("float32" if inference else None)
     assert nodes[by_name["fc2"]["inputs"][0][0]]["name"] == "ln"  # the normalised data, bfloat16, uncast
     rng = np.random.RandomState(1)
     shapes = {"data": (2, 5, 8), "lengths": (2, 5)}
@@ -379,8 +381,11 @@ def test_a_softmax_read_only_as_float32_writes_float32(monkeypatch):
     nodes = _nodes(low)
     heads = [nodes[h[0]] for h in json.loads(low.tojson(remove_amp_cast=False))["heads"]]
     want = [("amp_softmax", "float32"), ("amp_layer_norm", "float32")]
-    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == want
-    assert next(n for n in nodes if n["name"] == "fc")["attrs"]["out_dtype"] == "float32"  # no bfloat16 at all
+    assert [(n["op"], n["attrs"]["dtype"]) for n in heads] == want  # the graph's outputs: float32, no cast
+    # a training graph: the product before the softmax writes bfloat16 (its output is kept for backward)
+    assert "out_dtype" not in next(n for n in nodes if n["name"] == "fc")["attrs"]
+    low, _ = rewrite_symbol(head, make_policy("bfloat16"), "cpu", inference=True)
+    assert next(n for n in _nodes(low) if n["name"] == "fc")["attrs"]["out_dtype"] == "float32"  # no bf16 at all
 
 
 @pytest.mark.parametrize("policy", [dict(emulate=True), dict(kernels="mxnet"), dict(target_dtype="float16")])

@@ -207,6 +207,13 @@ class Policy:
             return None
         return lists.native_substitutes(self.target_dtype, device_type).get(op)
 
+    def transpose_swap(self, op: str, device_type: str) -> Optional[str]:
+        """The op swapping two axes that runs transpose ``op`` on low precision data on ``device_type``
+        (``lists.transpose_swaps``) where the graph runs natively there, or None."""
+        if not self._runs_native(device_type):
+            return None
+        return lists.transpose_swaps(self.target_dtype, device_type).get(op)
+
     def neutral_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
         """The library op that runs ``op`` in its data's dtype in a training graph on ``device_type``, told the
         graph's mode (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``, ``Dropout`` ->

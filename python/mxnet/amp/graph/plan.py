@@ -5,10 +5,10 @@ forward, and what is known of the node's inputs. The rewrite loop (:mod:`.rewrit
 asks for the plan and carries it out: it routes the inputs through casts and records the statistics.
 """
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from .. import lists
-from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NEUTRAL, Policy
+from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, Policy
 from .symbol_json import CAST_OPS, is_mode_node
 
 __all__ = ["NodePlan", "plan_node", "kernel_op"]
@@ -31,7 +31,10 @@ class NodePlan:
     op : str
         The op the new node runs: a library kernel, a faster substitute, or the node's own op.
     attrs : dict
-        Attributes added to the node's (a substitute's).
+        Attributes added to the node's: a substitute's, or ``param_dtype="float32"`` where a library kernel of a
+        training graph reads its float32 parameters as they are (``lists.reads_float32_params``).
+    removed_attrs : tuple of str
+        Attributes of the node the new op does not take (a transpose's ``axes``, run as an axis swap).
     followed : bool
         ``FOLLOW`` resolved to ``LP16`` (a low precision input arrived).
     neutral_kernel : bool
@@ -51,6 +54,7 @@ class NodePlan:
     mode: Optional[str]
     op: str
     attrs: Dict[str, str] = field(default_factory=dict)
+    removed_attrs: Tuple[str, ...] = ()
     followed: bool = False
     neutral_kernel: bool = False
     float32_island: bool = False
@@ -67,7 +71,8 @@ def kernel_op(op: str, policy: Policy, device_type: str, mode: str) -> str:
     return policy.kernel(op, device_type, mode) or op
 
 
-def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Optional[str]) -> Optional[NodePlan]:
+def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Optional[str],
+                inference: bool) -> Optional[NodePlan]:
     """The plan of a float32-list node that runs on its float32-statistics kernel (``lists.stats_kernels``), or None.
 
     The node must normalise over the last axis (``axis`` -1, the default), have no extra outputs
@@ -85,8 +90,27 @@ def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Option
     if kernel is None:
         return None
     own = attrs.get("dtype", "None")
-    dtype = lists.stats_output_dtype(policy.target_dtype, kernel, data_dtype) if own == "None" else own
+    written = data_dtype if inference else policy.target_dtype
+    dtype = lists.stats_output_dtype(policy.target_dtype, kernel, written) if own == "None" else own
     return NodePlan(FP32, None, kernel, attrs={"dtype": dtype}, stats_kernel=True)
+
+
+def _swap_plan(node: dict, policy: Policy, device_type: str, data_dtype: Optional[str]) -> Optional[NodePlan]:
+    """The plan of a transpose of target-dtype data that swaps two axes, run as the op swapping them
+    (``lists.transpose_swaps``), or None."""
+    swap = policy.transpose_swap(node["op"], device_type)
+    if swap is None or data_dtype != policy.target_dtype:
+        return None
+    text = node.get("attrs", {}).get("axes", "()").strip("()[] ")
+    try:
+        axes = [int(a) for a in text.split(",") if a.strip()]
+    except ValueError:
+        return None
+    moved = [i for i, a in enumerate(axes) if a != i]
+    if sorted(axes) != list(range(len(axes))) or len(moved) != 2:
+        return None
+    return NodePlan(NEUTRAL, None, swap, attrs={"dim1": str(moved[0]), "dim2": str(moved[1])},
+                    removed_attrs=("axes",))
 
 
 def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
@@ -111,9 +135,13 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
     if op in CAST_OPS:
         return NodePlan(NEUTRAL, None, op)
     action = policy.action(op, attrs, node["name"])
-    stats = _stats_plan(node, policy, device_type, input_dtypes[0]) if action == FP32 and input_dtypes else None
+    stats = (_stats_plan(node, policy, device_type, input_dtypes[0], inference) if action == FP32 and input_dtypes
+             else None)
     if stats is not None:
         return stats
+    swap = _swap_plan(node, policy, device_type, input_dtypes[0]) if action == FP32 and input_dtypes else None
+    if swap is not None:
+        return swap
     if (action == FP32 and not inference and input_dtypes and input_dtypes[0] in (target, "float32")
             and attrs.get("axes", "()") in ("()", "[]") and not is_mode_node(node)):
         kernel = policy.neutral_kernel(op, device_type, node["name"])  # Dropout: no float32 island, no casts
@@ -126,7 +154,12 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
         mode = policy.lp16_mode(op, device_type)
         if mode == FLOAT32:
             return NodePlan(FP32, mode, op, followed=followed)
-        return NodePlan(action, mode, kernel_op(op, policy, device_type, mode), followed=followed)
+        kernel = kernel_op(op, policy, device_type, mode)
+        float32_params = (not inference and mode == NATIVE and len(input_dtypes) > 1
+                          and all(d == "float32" for d in input_dtypes[1:])
+                          and lists.reads_float32_params(target, kernel))
+        return NodePlan(action, mode, kernel, attrs={"param_dtype": "float32"} if float32_params else {},
+                        followed=followed)
     if action != NEUTRAL or not input_dtypes:
         return NodePlan(action, None, op)
     kernel = (policy.neutral_kernel(op, device_type, node["name"])

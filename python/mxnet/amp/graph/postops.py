@@ -1,6 +1,7 @@
-"""Passes over a rewritten graph: casts that type inference proves no-ops go, library products write float32
-where only float32 is read, and in inference graphs activations (ReLU, GELU) and residual sums become the
-products' oneDNN post-ops."""
+"""Passes over a rewritten graph: casts that type inference proves no-ops go, scalar factors fold into the products,
+ReLUs fuse into the library kernels before them, library kernels write float32 where only float32 is read (in
+training graphs: the graph's outputs), and in inference graphs GELUs and residual sums become the products' oneDNN
+post-ops."""
 import functools
 import itertools
 from typing import Any, Mapping
@@ -13,8 +14,11 @@ from .symbol_json import CAST_OPS, compact, entry_uses, num_outputs
 
 __all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs", "drop_noop_casts"]
 
-#: Library kernels -> the activations they fuse (``act_type``), and those with a fused residual sum (``with_sum``).
+#: Library kernels -> the activations they fuse (``act_type``) in inference and in training graphs (a fused GELU
+#: has no gradient), and those with a fused residual sum (``with_sum``).
 _ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu"})}
+_TRAINING_ACT_FUSING = {"amp_fully_connected": frozenset({"relu"}), "amp_convolution": frozenset({"relu"}),
+                        "amp_batch_norm": frozenset({"relu"})}
 _SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected"})
 #: (op, act_type) of the activation nodes that fuse -> the library's act_type.
 _ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "relu",
@@ -60,10 +64,12 @@ def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
     return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
 
 
-def fuse_activation(graph: dict) -> dict:
-    """Inference graphs: a ReLU, or a GELU after a fully connected layer, that is the sole reader of a library
-    product's output becomes its ``act_type`` (a oneDNN post-op, computed on the float32 accumulator before the
-    output is rounded: one pass over the output fewer)."""
+def fuse_activation(graph: dict, training: bool = False) -> dict:
+    """A ReLU, or in inference graphs a GELU after a fully connected layer, that is the sole reader of a library
+    kernel's (first) output becomes its ``act_type``: in products a oneDNN post-op, computed on the float32
+    accumulator before the output is rounded; one pass over the output fewer. In training graphs (ReLU after a
+    product or ``amp_batch_norm``) backward also keeps one activation fewer: the kernel's output is the ReLU's."""
+    fusing = _TRAINING_ACT_FUSING if training else _ACT_FUSING
     uses = entry_uses(graph)
     alias, fused = {}, {}
     for nid, node in enumerate(graph["nodes"]):
@@ -72,8 +78,8 @@ def fuse_activation(graph: dict) -> dict:
             continue
         src, idx, _ = node["inputs"][0]
         product = graph["nodes"][src]
-        if (act in _ACT_FUSING.get(product["op"], ()) and "act_type" not in product.get("attrs", {})
-                and uses[(src, idx)] == 1):
+        if (act in fusing.get(product["op"], ()) and "act_type" not in product.get("attrs", {})
+                and idx == 0 and uses[(src, idx)] == 1):
             alias[(nid, 0)] = (src, idx)
             fused[src] = dict(product, attrs=dict(product.get("attrs", {}), act_type=act))
     if not alias:
@@ -83,9 +89,10 @@ def fuse_activation(graph: dict) -> dict:
 
 
 def fuse_scale(graph: dict) -> dict:
-    """Inference graphs: a multiplication or division by a scalar that is the sole reader of an ``amp_batch_dot`` or
-    ``amp_matmul`` output becomes its ``alpha`` (a oneDNN post-op on the float32 accumulator: attention's
-    ``1 / sqrt(d)`` costs no pass over the scores)."""
+    """A multiplication or division by a scalar that is the sole reader of an ``amp_batch_dot`` or ``amp_matmul``
+    output becomes its ``alpha`` (a oneDNN post-op on the float32 accumulator: attention's ``1 / sqrt(d)`` costs no
+    pass over the scores, and training graphs keep no scaled copy of them for backward; the products' gradients
+    carry the scale)."""
     uses = entry_uses(graph)
     alias, fused = {}, {}
     for nid, node in enumerate(graph["nodes"]):
@@ -106,7 +113,8 @@ def fuse_scale(graph: dict) -> dict:
     return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
 
 
-def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str, Any]) -> dict:
+def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str, Any],
+                            outputs_only: bool = False) -> dict:
     """Library kernels whose output is only read as float32 write float32 (``out_dtype``; LayerNorm and softmax:
     ``dtype``) themselves.
 
@@ -116,6 +124,10 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
     sqrt(d)`` before a softmax, say), skips its bfloat16 output: no rounding, no cast, and the neutral ops run in
     float32 (MXNet's non-oneDNN bfloat16 elementwise kernels are slow). The casts become no-ops; an attention
     block's scores reach ``amp_softmax`` in float32, and a softmax that is the graph's output writes float32.
+
+    ``outputs_only`` (training graphs, whose backward keeps every library kernel's output): only kernels whose
+    sole readers are the casts of the graph's float32 outputs (logits, probabilities) write float32; inside the graph
+    a float32 copy would be kept beside nothing smaller.
     """
     if not any(node["op"] in MATMUL_OPS or node["op"] in _ANY_FLOAT_DATA for node in graph["nodes"]):
         return graph
@@ -134,8 +146,10 @@ def float32_library_outputs(graph: dict, policy: Policy, var_dtypes: Mapping[str
         for nid in readers[entry]:
             node = graph["nodes"][nid]
             if node["op"] == "amp_cast":
-                if node["attrs"]["dtype"] != "float32":
+                if node["attrs"]["dtype"] != "float32" or (outputs_only and (nid, 0) not in heads):
                     return False
+            elif outputs_only:
+                return False
             elif node["op"] in _ANY_FLOAT_DATA and "dtype" in node.get("attrs", {}):
                 read = [tuple(e[:2]) for e in node["inputs"]]
                 if read[0] != entry or read.count(entry) != 1:

@@ -90,6 +90,8 @@ class _Rewrite:
             wants = lp_input_dtypes(dict(node, op=plan.op), target)
             return [inputs[0]] + [build.cast(e, want) if want in FLOAT_RANK else e
                                   for e, want in zip(inputs[1:], wants[1:])]
+        if plan.action == LP16 and "param_dtype" in plan.attrs:  # float32 parameters read as they are
+            return [build.cast(inputs[0], target)] + inputs[1:]
         if plan.action == LP16:
             low = build.round_trip if plan.emulated else build.cast
             return [low(e, target) if want in (None, target) else
@@ -106,6 +108,8 @@ class _Rewrite:
         dtypes = [self.old_dtypes.get((old_id, i)) for i in range(self.counts[old_id])]
         if plan.action == LP16 and not plan.emulated:
             return [self.target if d in FLOAT_RANK or d is None else d for d in dtypes]
+        if plan.stats_kernel:  # the dtype it writes, whatever arrives
+            return [plan.attrs["dtype"]] + dtypes[1:]
         arriving = [self.build.dtype.get(e) for e in inputs]
         if arriving == [self.old_dtypes.get(tuple(e[:2])) for e in self.graph["nodes"][old_id]["inputs"]]:
             return dtypes
@@ -129,7 +133,8 @@ class _Rewrite:
         new = dict({k: v for k, v in node.items() if k != "inputs"}, op=plan.op,
                    inputs=[[nid, idx, 0] for nid, idx in inputs])
         if plan.attrs:
-            new["attrs"] = dict(node.get("attrs", {}), **plan.attrs)
+            kept = {k: v for k, v in node.get("attrs", {}).items() if k not in plan.removed_attrs}
+            new["attrs"] = dict(kept, **plan.attrs)
         carries_low = plan.action == LP16 or (plan.stats_kernel and plan.attrs["dtype"] == self.target) or (
             plan.action in (NEUTRAL, WIDEST) and node["op"] not in CAST_OPS and bool(inputs)
             and "dtype" not in node.get("attrs", {})
@@ -169,10 +174,10 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
         else:
             rewrite.node_op(old_id, node)
     out = assemble(graph, rewrite.build.nodes, rewrite.build.num_outputs, rewrite.heads())
-    out = float32_library_outputs(out, policy, var_dtypes)
-    out = drop_noop_casts(out, var_dtypes, rewrite.build.stats)
-    if inference:
-        out = fuse_scale(fuse_activation(fuse_sum(out, var_dtypes)))
+    # training graphs keep low precision outputs inside: backward keeps every library kernel's output
+    out = float32_library_outputs(out, policy, var_dtypes, outputs_only=not inference)
+    out = fuse_scale(drop_noop_casts(out, var_dtypes, rewrite.build.stats))
+    out = fuse_activation(fuse_sum(out, var_dtypes), training=False) if inference else fuse_activation(out, True)
     return out, rewrite.build.stats
 
 

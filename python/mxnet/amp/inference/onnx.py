@@ -119,7 +119,8 @@ def _mxnet_kernels(gdict, var_dtypes):
     """``gdict`` with this project's oneDNN 3 ops as the MXNet ops they stand for. A float32 ``out_dtype``
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
     float32: the same values, unrounded. A folded scale (``alpha``) becomes a ``_mul_scalar`` after the op, a fused
-    residual sum (``with_sum``) an ``elemwise_add``, and a fused ``act_type`` an ``Activation`` (GELU:
+    residual sum (``with_sum``) an ``elemwise_add``, float32 parameters (``param_dtype``) casts to the data's dtype,
+    and a fused ``act_type`` an ``Activation`` (GELU:
     ``LeakyReLU``) after that, all in float32 and the result cast to the op's output dtype, as the kernel rounds
     once. LayerNorm and softmax kernels with a ``dtype``
     (float32 statistics, output in that dtype) become MXNet's op on their data cast to float32, cast to
@@ -145,6 +146,12 @@ def _mxnet_kernels(gdict, var_dtypes):
         act = attrs.pop("act_type", None)
         addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
         out_dtype = attrs.pop("dtype", "None")
+        data_dtype = dtypes.get(tuple(node["inputs"][0][:2])) if node["inputs"] else None
+        if attrs.pop("param_dtype", None) is not None and data_dtype not in (None, "float32"):
+            # float32 parameters the kernel rounds to the data's dtype: the same rounding as a cast
+            inputs = inputs[:1] + [add({"op": "amp_cast", "name": "%s_in%d_%s" % (node["name"], k, data_dtype),
+                                        "attrs": {"dtype": data_dtype}}, [entry])
+                                   for k, entry in enumerate(inputs[1:], 1)]
         cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
         epilogue = act is not None or addend is not None or (alpha is not None and float(alpha) != 1.0)
         if epilogue and attrs.get("out_dtype") != "float32" and dtypes.get((nid, 0)) not in (None, "float32"):

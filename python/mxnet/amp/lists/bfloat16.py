@@ -130,6 +130,14 @@ NATIVE_SUBSTITUTES = {
     "gpu": {},
 }
 
+# Transposes that swap two axes -> the op that swaps them, where the device runs bfloat16 natively and the data is
+# bfloat16. MXNet 1.9.1's oneDNN bfloat16 transpose corrupts the heap (so transpose is a float32 op here, between
+# casts), while SwapAxis moves bfloat16 values correctly: an attention head split (8x128x12x64, axes (0, 2, 1, 3))
+# in 0.48 ms against 0.68 ms for the float32 transpose alone, before its two casts (AMD EPYC, class c, 2026-12-06),
+# and a training graph keeps no float32 copy of the heads.
+# (numpy mode's _np_transpose runs bfloat16 natively: it is not listed.)
+TRANSPOSE_SWAPS = {"cpu": {"transpose": "SwapAxis"}, "gpu": {}}
+
 # Dtype-neutral op -> the library kernel that runs it on low precision data in training graphs, where the
 # device runs bfloat16 natively (ahead of FLOAT32_KERNELS, which it makes unnecessary there). BatchNorm in
 # float32 between casts kept float32 activations alive for backward: ResNet-18 training at batch 128 peaked
@@ -161,6 +169,13 @@ STATS_KERNELS = {
     },
     "gpu": {},
 }
+
+# Library kernels that read float32 parameters (weight, bias) beside bfloat16 data in training graphs, where the
+# rewriter gives them param_dtype="float32" instead of casting their parameters: the kernel converts the weight into
+# a per-call buffer, forward and backward, and writes the float32 weight and bias gradients directly. A cast weight
+# kept its bfloat16 copy alive for backward and produced a bfloat16 gradient that a cast's backward widened again
+# (issue 35). Inference graphs keep cast (or offline-cast) bfloat16 weights: nothing is saved for backward there.
+FLOAT32_PARAM_KERNELS = ("amp_fully_connected", "amp_convolution", "amp_deconvolution")
 
 # Float32-statistics kernels whose output stays float32 whatever dtype their data arrives in: log-probabilities feed
 # losses (a bfloat16 log p is off by up to 2^-8 |log p|), and no bfloat16 kernel reads them.

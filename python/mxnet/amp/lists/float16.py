@@ -69,6 +69,12 @@ NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 STATS_KERNELS = {"cpu": {}, "gpu": {}}
 STATS_FLOAT32_OUTPUTS = ()
 
+# Transposes run as axis swaps on low precision data (see bfloat16.TRANSPOSE_SWAPS): none for float16.
+TRANSPOSE_SWAPS = {"cpu": {}, "gpu": {}}
+
+# Library kernels reading float32 parameters beside low precision data (see bfloat16.FLOAT32_PARAM_KERNELS): none.
+FLOAT32_PARAM_KERNELS = ()
+
 # The default plan per CPU class (see bfloat16.CPU_CLASS_PLANS): float16 is emulated on every CPU, since MXNet
 # 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 (Sapphire Rapids, Granite Rapids) included.
 CPU_CLASS_PLANS = {name: ("emulated", "MXNet 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 "

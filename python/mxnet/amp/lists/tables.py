@@ -17,6 +17,7 @@ from .groups import PROJECT_MATMUL
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
            "emulation_kernels", "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype",
+           "reads_float32_params", "transpose_swaps",
            "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
@@ -114,6 +115,9 @@ class DtypeTable:
         self.stats_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                for dev, ops in module.STATS_KERNELS.items()})
         self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
+        self.float32_param_kernels = frozenset(module.FLOAT32_PARAM_KERNELS)
+        self.transpose_swaps = MappingProxyType({dev: MappingProxyType(dict(ops))
+                                                 for dev, ops in module.TRANSPOSE_SWAPS.items()})
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
 
 
@@ -359,6 +363,18 @@ def native_substitutes(dtype: Any, device_type: str) -> Mapping[str, Tuple[str, 
     return _for_device(dtype_table(dtype).native_substitutes, device_type)
 
 
+def transpose_swaps(dtype: Any, device_type: str) -> Mapping[str, str]:
+    """Return ``{op: op}``: transposes that swap two axes, run as the op that swaps them where ``device_type`` runs
+    ``dtype`` natively and the data is of ``dtype`` (its own transpose kernel fails there).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    return _for_device(dtype_table(dtype).transpose_swaps, device_type)
+
+
 def neutral_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{op: library op}``: dtype-neutral ops that run on a library kernel on low precision data in
     training graphs, where ``device_type`` runs ``dtype`` natively (``BatchNorm`` -> ``amp_batch_norm`` on CPUs).
@@ -394,6 +410,18 @@ def stats_output_dtype(dtype: Any, kernel: str, data_dtype: str) -> str:
         For an unknown dtype.
     """
     return "float32" if kernel in dtype_table(dtype).stats_float32_outputs else data_dtype
+
+
+def reads_float32_params(dtype: Any, kernel: str) -> bool:
+    """Return whether library ``kernel`` reads float32 parameters beside ``dtype`` data in training graphs
+    (attribute ``param_dtype="float32"``: no cast of its weight and bias, float32 gradients written directly).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype.
+    """
+    return kernel in dtype_table(dtype).float32_param_kernels
 
 
 def cpu_class_plan(dtype: Any, class_name: str) -> Tuple[str, str]:

@@ -36,7 +36,7 @@ struct CpuLoops {
   /*! \brief Adds sum(dy) to *sdy and sum(dy * (x - shift)) to *sdyx; dy and x of one dtype. */
   void (*bn_grad_moments)(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy,
                           double* sdyx);
-  /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype. */
+  /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype (dy may be dx: in place). */
   void (*bn_grad_apply)(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c);
   /*! \brief Mean and biased variance of x[0:n] (float32 or bfloat16), n > 0: a layer normalisation's row. */
   void (*row_moments)(int dtype, const void* x, int64_t n, float* mean, float* var);

@@ -371,11 +371,12 @@ void bn_grad_moments_loop(const void* dy, const void* x, int64_t n, float shift,
   *sdyx += b;
 }
 
+// dy may be dx (a fused ReLU's masked gradient, written into dx first): each element is read before it is written.
 template <typename T>
 void bn_grad_apply_loop(const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c) {
-  const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
+  const typename T::storage* g = static_cast<const typename T::storage*>(dy);
   const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
-  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(dx);
+  typename T::storage* q = static_cast<typename T::storage*>(dx);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) q[i] = T::store(T::load(g[i]) * a + T::load(p[i]) * b + c);
 }

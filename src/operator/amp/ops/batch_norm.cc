@@ -5,7 +5,9 @@
  *        dtype instead of a float32 island between casts.
  *
  * Attributes are BatchNorm's: eps (1e-3), momentum (0.9), fix_gamma (True), use_global_stats (False), axis (1);
- * output_mean_var must be False; cudnn_off and the calibration ranges are accepted and ignored.
+ * output_mean_var must be False; cudnn_off and the calibration ranges are accepted and ignored. act_type="relu"
+ * applies a ReLU to the output (training graphs fuse the ReLU that follows: backward then keeps one activation,
+ * not the normalised data beside the ReLU's output; the gradient masks dy where the output is 0).
  * Inputs: data, gamma, beta, moving_mean, moving_var (mutated: auxiliary states, as BatchNorm's) and mode, a
  * float32 (1,) tensor that says whether MXNet runs the graph for training: lib_api tells an extension op
  * nothing about it, so the graph rewriter feeds the output of Dropout(p=0.5) on a (1,) tensor of ones, which
@@ -28,6 +30,7 @@
 #include "glue.h"
 #include "../kernels/batch_norm.h"
 #include "../kernels/team.h"
+#include "../kernels/tensor_math.h"
 
 namespace mxnet_amp {
 namespace {
@@ -39,7 +42,7 @@ constexpr const char* kRoles[kInputs] = {"data", "gamma", "beta", "moving_mean",
 
 struct BatchNormParams {
   float eps = 1e-3f, momentum = 0.9f;
-  bool fix_gamma = true, use_global_stats = false;
+  bool fix_gamma = true, use_global_stats = false, relu = false;
   long axis = 1;
 };
 
@@ -52,6 +55,12 @@ bool parse_bn(const Attrs& attrs, BatchNormParams* p) {
       !parse_bool(kBatchNorm, attrs, "output_mean_var", false, &output_mean_var)) {
     return false;
   }
+  const auto act = attrs.find("act_type");
+  if (act != attrs.end() && act->second != "relu") {
+    MX_ERROR_MSG << kBatchNorm << ": attribute act_type must be relu (got '" << act->second << "')";
+    return false;
+  }
+  p->relu = act != attrs.end();
   if (output_mean_var) {
     MX_ERROR_MSG << kBatchNorm << ": output_mean_var=True is not supported (its outputs are the mean and "
                  << "inverse standard deviation the backward needs)";
@@ -178,6 +187,7 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
   a.threads = team.threads();
   cpu_batch_norm_forward(a);
+  if (p.relu) relu_mask(a.y, a.dtype, a.y, a.dtype, a.y, a.dtype, (*outputs)[0].size(), a.threads);
   return MX_SUCCESS;
 }
 
@@ -192,17 +202,22 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
     std::memset((*outputs)[i].data_ptr, 0, (*outputs)[i].size() * sizeof(float));
   }
   a.dtype = static_cast<int>(x.dtype);
-  a.dy = in[0].data_ptr;
-  a.x = x.data_ptr;
   a.dx = (*outputs)[kData].data_ptr;
+  const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
+  a.threads = team.threads();
+  a.dy = in[0].data_ptr;
+  if (p.relu) {  // dy where the fused ReLU's output is positive, else 0: into dx, which backward then overwrites
+    const MXTensor& y = in[kOutputs + kInputs];
+    relu_mask(a.dx, a.dtype, in[0].data_ptr, a.dtype, y.data_ptr, a.dtype, x.size(), a.threads);
+    a.dy = a.dx;
+  }
+  a.x = x.data_ptr;
   a.gamma = p.fix_gamma ? nullptr : static_cast<const float*>(in[kOutputs + kGamma].data_ptr);
   a.saved_mean = static_cast<const float*>(in[kOutputs + kInputs + 1].data_ptr);
   a.saved_invstd = static_cast<const float*>(in[kOutputs + kInputs + 2].data_ptr);
   a.dgamma = (*outputs)[kGamma].data<float>();
   a.dbeta = (*outputs)[kBeta].data<float>();
   a.training = training(p, in[kOutputs + kMode]);
-  const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
-  a.threads = team.threads();
   cpu_batch_norm_backward(a);
   return MX_SUCCESS;
 }

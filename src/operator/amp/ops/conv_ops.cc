@@ -9,7 +9,9 @@
  *   act_type="relu"  a ReLU fused into the convolution (oneDNN post-op; the gradient masks dy);
  *   with_sum=True    one more input, the addend, summed into the output before the ReLU (a residual sum);
  *   out_dtype        float32 or bfloat16: the output's dtype when it differs from the operands'.
- * Data, weight and bias are float32 or bfloat16 (all the same); the addend has the output's dtype.
+ * Data, weight and bias are float32 or bfloat16 (all the same), unless param_dtype="float32" (training graphs):
+ * then weight and bias stay float32 beside bfloat16 data, the weight is converted into a per-call buffer and the
+ * weight and bias gradients are written in float32; the addend has the output's dtype.
  * amp_deconvolution takes Deconvolution's attributes (adj and target_shape too; no_bias defaults to True) and
  * out_dtype. A transposed convolution is the data gradient of a convolution, so it runs on the same three
  * passes with the roles swapped: forward = backward data (plus the bias), data gradient = forward, weight
@@ -37,7 +39,7 @@ struct ConvParams {
   std::vector<long> kernel, stride, dilate, pad, adj, target_shape;
   long num_filter = 0, num_group = 1;
   bool no_bias = false, relu = false, with_sum = false;
-  int out_dtype = -1;
+  int out_dtype = -1, param_dtype = -1;
 
   const char* op() const { return deconv ? kDeconv : kConv; }
   int spatial() const { return static_cast<int>(kernel.size()); }
@@ -76,7 +78,8 @@ bool parse_conv(const Attrs& attrs, bool deconv, ConvParams* p) {
   if (!parse_tuple(op, attrs, "kernel", 1, &p->kernel) || !parse_tuple(op, attrs, "stride", 1, &p->stride) ||
       !parse_tuple(op, attrs, "dilate", 1, &p->dilate) || !parse_tuple(op, attrs, "pad", 0, &p->pad) ||
       !parse_int(op, attrs, "num_filter", 1, &p->num_filter) ||
-      !parse_bool(op, attrs, "no_bias", deconv, &p->no_bias) || !parse_out_dtype(op, attrs, &p->out_dtype)) {
+      !parse_bool(op, attrs, "no_bias", deconv, &p->no_bias) || !parse_out_dtype(op, attrs, &p->out_dtype) ||
+      !parse_param_dtype(op, attrs, &p->param_dtype)) {
     return false;
   }
   if (attrs.count("num_group") && !parse_int(op, attrs, "num_group", 1, &p->num_group)) return false;
@@ -133,7 +136,7 @@ MXReturnValue conv_infer_type(const Attrs& attrs, std::vector<int>* in, std::vec
   ConvParams p;
   if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
   std::vector<int> operands(in->begin(), in->begin() + (p.no_bias ? 2 : 3));
-  if (infer_operand_types(p.op(), p.out_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
+  if (infer_data_param_types(p.op(), p.out_dtype, p.param_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
   std::copy(operands.begin(), operands.end(), in->begin());
   if (p.with_sum) {
     int& addend = in->back();
@@ -294,10 +297,10 @@ MXReturnValue conv_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
   c.dtype = static_cast<int>(x.dtype);
   c.out_dtype = static_cast<int>(y.dtype);
   c.bias_dtype = -1;
-  c.weight = (*inputs)[1].data_ptr;
+  Scratch keep;
+  c.weight = in_dtype((*inputs)[1], c.dtype, &keep);  // float32 parameters: converted per call
   c.out = y.data_ptr;
   if (p.deconv) {  // with a bias and a bfloat16 output: the sum in float32, rounded once
-    Scratch keep;
     const bool staged = !p.no_bias && c.out_dtype != kFloat32;
     if (staged) {
       c.out = scratch(&keep, y.size());
@@ -340,7 +343,7 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
   c.dtype = dt;
   c.bias_dtype = -1;
   // Data gradient: the convolution's backward data pass; the deconvolution's is the convolution itself.
-  c.weight = (*inputs)[2].data_ptr;
+  c.weight = in_dtype((*inputs)[2], dt, &keep);
   c.out = dx.data_ptr;
   c.out_dtype = static_cast<int>(dx.dtype);
   (p.deconv ? c.data : c.diff_dst) = g;

@@ -12,6 +12,9 @@
  *                    residual sum; its gradient is dy through the activation);
  *   act_type         "relu" (the gradient masks dy) or "gelu" (erf, as LeakyReLU's; inference only: no
  *                    gradient), applied last.
+ * amp_fully_connected's param_dtype="float32" (training graphs) keeps weight and bias float32 beside bfloat16 data:
+ * the weight is converted into a per-call buffer, forward and backward, and the weight and bias gradients are
+ * written in float32 (no saved low precision copy of the weight, no cast's backward).
  *
  * Every product, gradients included, is one call of a strided matmul (onednn/api.h): a transposed
  * operand is a view with swapped strides, never a copy. An output stored transposed is computed as
@@ -39,7 +42,7 @@ struct FCParams {
   long num_hidden = 0;
   bool no_bias = false, flatten = true, with_sum = false;
   int act = AMP_ACT_NONE;
-  int out_dtype = -1;
+  int out_dtype = -1, param_dtype = -1;
 
   int num_inputs() const { return 2 + !no_bias + with_sum; }
 };
@@ -59,7 +62,8 @@ bool parse_fc(const Attrs& attrs, FCParams* p) {
   return parse_int(kFC, attrs, "num_hidden", 1, &p->num_hidden) &&
          parse_bool(kFC, attrs, "no_bias", false, &p->no_bias) &&
          parse_bool(kFC, attrs, "flatten", true, &p->flatten) &&
-         parse_bool(kFC, attrs, "with_sum", false, &p->with_sum) && parse_out_dtype(kFC, attrs, &p->out_dtype);
+         parse_bool(kFC, attrs, "with_sum", false, &p->with_sum) && parse_out_dtype(kFC, attrs, &p->out_dtype) &&
+         parse_param_dtype(kFC, attrs, &p->param_dtype);
 }
 
 // The activation of a fused act_type on one value (the empty product's path).
@@ -101,9 +105,9 @@ MXReturnValue fc_parse(const Attrs& attrs, int* num_in, int* num_out) {
 MXReturnValue fc_infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   FCParams p;
   if (!parse_fc(attrs, &p)) return MX_FAIL;
-  if (!p.with_sum) return infer_operand_types(kFC, p.out_dtype, in, out);
+  if (!p.with_sum) return infer_data_param_types(kFC, p.out_dtype, p.param_dtype, in, out);
   std::vector<int> operands(in->begin(), in->end() - 1);
-  if (infer_operand_types(kFC, p.out_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
+  if (infer_data_param_types(kFC, p.out_dtype, p.param_dtype, &operands, out) != MX_SUCCESS) return MX_FAIL;
   int& addend = in->back();
   std::copy(operands.begin(), operands.end(), in->begin());
   if (addend == -1) addend = (*out)[0];
@@ -178,8 +182,9 @@ MXReturnValue fc_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std:
   fc_dims(x, w, &m, &k, &n);
   if (m == 0 || n == 0) return MX_SUCCESS;
   const int dt = static_cast<int>(x.dtype);
+  Scratch keep;
   const View xv = contiguous(x.data_ptr, dt, {m, k});
-  const View wv = contiguous(w.data_ptr, dt, {n, k});
+  const View wv = contiguous(in_dtype(w, dt, &keep), dt, {n, k});  // float32 parameters: converted per call
   const View yv = contiguous(y.data_ptr, static_cast<int>(y.dtype), {m, n});
   Epilogue e;
   e.bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
@@ -233,7 +238,7 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   const View dy = contiguous(g, dt, {m, n});
   if (k > 0) {
     const View xv = contiguous(x.data_ptr, dt, {m, k});
-    const View wv = contiguous(w.data_ptr, dt, {n, k});
+    const View wv = contiguous(in_dtype(w, dt, &keep), dt, {n, k});
     if (!gemm(kFC, dy, wv, contiguous(dx.data_ptr, static_cast<int>(dx.dtype), {m, k})) ||
         !gemm(kFC, dy.t(), xv, contiguous(dw.data_ptr, static_cast<int>(dw.dtype), {n, k}))) {
       return MX_FAIL;

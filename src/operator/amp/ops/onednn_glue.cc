@@ -62,6 +62,39 @@ MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int
   return MX_SUCCESS;
 }
 
+bool parse_param_dtype(const char* op, const Attrs& attrs, int* dtype) {
+  const auto it = attrs.find("param_dtype");
+  *dtype = -1;
+  if (it == attrs.end() || it->second == "None") return true;
+  if (it->second != "float32") {
+    MX_ERROR_MSG << op << ": attribute param_dtype must be float32 or None (got '" << it->second << "')";
+    return false;
+  }
+  *dtype = kFloat32;
+  return true;
+}
+
+MXReturnValue infer_data_param_types(const char* op, int out_dtype, int param_dtype, std::vector<int>* in,
+                                     std::vector<int>* out) {
+  if (param_dtype == -1) return infer_operand_types(op, out_dtype, in, out);
+  int& data = (*in)[0];
+  if (data == -1) data = kFloat32;
+  if (data != kFloat32 && data != kBfloat16) {
+    MX_ERROR_MSG << op << ": the data has dtype " << dtype_name(data) << "; it must be float32 or bfloat16";
+    return MX_FAIL;
+  }
+  for (size_t i = 1; i < in->size(); ++i) {
+    if ((*in)[i] == -1) (*in)[i] = param_dtype;
+    if ((*in)[i] != param_dtype) {
+      MX_ERROR_MSG << op << ": input " << i << " has dtype " << dtype_name((*in)[i]) << "; with param_dtype="
+                   << dtype_name(param_dtype) << " every parameter must have it";
+      return MX_FAIL;
+    }
+  }
+  for (int& t : *out) t = out_dtype == -1 ? data : out_dtype;
+  return MX_SUCCESS;
+}
+
 void zero(MXTensor* t) {
   const CallTeam team;
   zero_fill(t->data_ptr, static_cast<int>(t->dtype), t->size(), team.threads());

@@ -30,6 +30,19 @@ bool parse_out_dtype(const char* op, const Attrs& attrs, int* dtype);
  */
 MXReturnValue infer_operand_types(const char* op, int out_dtype, std::vector<int>* in, std::vector<int>* out);
 
+/*!
+ * \brief param_dtype: float32 (the parameters, every operand after the data, stay float32 whatever the data's
+ *        dtype: the kernel converts the weight per call and writes float32 gradients); absent or None: -1.
+ */
+bool parse_param_dtype(const char* op, const Attrs& attrs, int* dtype);
+
+/*!
+ * \brief Operand types of a product or convolution: as infer_operand_types when param_dtype is -1; else the data
+ *        (in[0]) float32 or bfloat16, the parameters (in[1..]) param_dtype, every output out_dtype or the data's.
+ */
+MXReturnValue infer_data_param_types(const char* op, int out_dtype, int param_dtype, std::vector<int>* in,
+                                     std::vector<int>* out);
+
 /*! \brief Sets every element of t to 0. */
 void zero(MXTensor* t);
 
