@@ -107,6 +107,7 @@ def _mxnet_step(workload, config):
     if config != "fp32":
         peer.init_trainer(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    mx.nd.waitall()  # the initialisers run on the engine: the "build" phase includes them
 
     def step(mark=None):
         """One step; ``mark(phase)`` after forward, backward and the update, each waited for."""

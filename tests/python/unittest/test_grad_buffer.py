@@ -99,20 +99,27 @@ def test_buffers_are_laid_out_before_the_first_backward_when_shapes_are_known():
             scaled.backward()
     trainer.step(2)
     assert trainer._mxnet_amp.grads is at_init  # the same buffer: nothing laid out twice
-    deferred = gluon.nn.Dense(3)
-    deferred.initialize()
-    trainer = gluon.Trainer(deferred.collect_params(), "sgd", {"learning_rate": 0.1})
-    init_trainer(trainer)
-    assert trainer._mxnet_amp.grads is None
-    with autograd.record():
-        loss = deferred(mx.nd.ones((2, 4))).sum()
-        laid_out = trainer._mxnet_amp.grads  # in the first forward, as the shapes became known
-        assert laid_out is not None and laid_out.current(trainer._params)
-        assert all("_finish_deferred_init" not in vars(p) for p in trainer._params)  # the hooks are gone
-        with scale_loss(loss, trainer) as scaled:
-            scaled.backward()
-    trainer.step(2)
-    assert trainer._mxnet_amp.grads is laid_out
+    for hybridized in (True, False):
+        deferred = gluon.nn.HybridSequential()
+        deferred.add(gluon.nn.Dense(3), gluon.nn.Dense(2))
+        deferred.initialize()
+        if hybridized:
+            deferred.hybridize(static_alloc=True, static_shape=True)
+        trainer = gluon.Trainer(deferred.collect_params(), "sgd", {"learning_rate": 0.1})
+        init_trainer(trainer)
+        assert trainer._mxnet_amp.grads is None
+        with autograd.record():
+            loss = deferred(mx.nd.ones((2, 4))).sum()
+            # hybridized: in the first forward, as the shapes became known, before the CachedOp ran; imperative:
+            # the first Dense ran (recorded with its old gradient arrays) before the second knew its shapes
+            laid_out = trainer._mxnet_amp.grads
+            assert (laid_out is not None and laid_out.current(trainer._params)) is hybridized
+            assert all("_finish_deferred_init" not in vars(p) for p in trainer._params)  # the hooks are gone
+            with scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        trainer.step(2)
+        assert trainer._mxnet_amp.grads.current(trainer._params)
+        assert trainer._mxnet_amp.grads is laid_out or not hybridized
 
 
 @pytest.mark.parametrize("when", ["deferred shapes", "after a backward"])

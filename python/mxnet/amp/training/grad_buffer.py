@@ -25,7 +25,7 @@ from mxnet import ndarray as nd
 from mxnet import numpy as _mx_np
 from mxnet.gluon import HybridBlock
 
-__all__ = ["GradBuffers", "blocks_reading"]
+__all__ = ["GradBuffers", "blocks_reading", "block_building"]
 
 _FLAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -37,13 +37,9 @@ class GradBuffers:
     ----------
     params : list of Parameter
         Parameters with ``grad_req != 'null'``; their current gradient values are kept.
-    drop_cached_ops : bool, optional
-        Drop the CachedOp of every block that reads them (see the module docstring). False only where no
-        CachedOp has run a backward on them yet: while their deferred initialisation finishes, inside the first
-        call of a block, before its CachedOp runs.
     """
 
-    def __init__(self, params, drop_cached_ops=True):
+    def __init__(self, params):
         self.params = list(params)
         groups = {}  # (device index, dtype) -> [param]
         self.views = []
@@ -74,9 +70,8 @@ class GradBuffers:
             autograd.mark_variables(param.list_data(), param.list_grad(), param.grad_req)
             for data, flag in zip(param.list_data(), fresh):
                 data._fresh_grad = flag
-        if drop_cached_ops:
-            for block in blocks_reading(self.params):
-                block._cached_op = None
+        for block in blocks_reading(self.params):
+            block._cached_op = None
 
     def current(self, params):
         """Whether ``params`` are still exactly the parameters whose gradients live in these buffers."""
@@ -93,3 +88,14 @@ def blocks_reading(params):
     return [obj for obj in gc.get_objects()
             if isinstance(obj, HybridBlock) and getattr(obj, "_cached_op", None) is not None
             and any(not is_arg and id(arg) in ids for is_arg, arg in obj._cached_op_args)]
+
+
+def block_building(params):
+    """The hybridized block that reads every one of ``params`` and is building its CachedOp now (its graph made,
+    its CachedOp not yet: inside its first call, where Gluon finishes deferred initialisation), or None."""
+    ids = {id(param) for param in params}
+    for obj in gc.get_objects():
+        if (isinstance(obj, HybridBlock) and obj._active and obj._cached_graph and obj._cached_op is None
+                and ids <= {id(param) for param in obj.collect_params().values()}):
+            return obj
+    return None

@@ -19,7 +19,7 @@ from mxnet.gluon.parameter import DeferredInitializationError
 from .amp_state import Stage, attached, report_step, state_of
 from .checks import check_gradients
 from .fused_update import FusedUpdater, StepResult
-from .grad_buffer import GradBuffers, blocks_reading
+from .grad_buffer import GradBuffers, block_building, blocks_reading
 from .kvstore import ensure_kvstore, on_kvstore
 
 __all__ = ["check_grads", "initial_grad_buffers", "settle", "step", "update", "allreduce_grads"]
@@ -97,9 +97,11 @@ def initial_grad_buffers(trainer: Trainer):
 def _lay_out_when_initialised(trainer, params):
     """Lay out ``trainer``'s gradient buffers when the last of ``params`` finishes its deferred initialisation.
 
-    A hook on each waiting parameter instance (removed once called) does it, without dropping CachedOps: that
-    happens inside a block's first call, whose CachedOp has not run yet. Where a CachedOp reading the parameters
-    exists already (it may have run a backward), the first step lays them out instead, as before.
+    A hook on each waiting parameter instance (removed once called) does it if that happens inside the first
+    call of a hybridized block that reads every one of ``params``: its CachedOp is not built yet (any other
+    block's is dropped), and nothing has been recorded with the old gradient arrays. Otherwise (an
+    imperative model, whose blocks ran one by one with the old arrays; or a CachedOp reading the parameters
+    exists already and may have run a backward) the first step lays them out, as before.
     """
     if blocks_reading(params):
         return
@@ -111,9 +113,11 @@ def _lay_out_when_initialised(trainer, params):
             del param._finish_deferred_init  # the class's method again
             finish()
             amp_state = None if trainer() is None else attached(trainer())
-            if (amp_state is not None and amp_state.grads is None
-                    and all(p._data is not None and not p._deferred_init for p in params)):
-                amp_state.grads = GradBuffers(params, drop_cached_ops=False)
+            if (amp_state is None or amp_state.grads is not None
+                    or any(p._data is None or p._deferred_init for p in params)):
+                return
+            if block_building(params) is not None:
+                amp_state.grads = GradBuffers(params)  # drops other blocks' CachedOps, not the one being built
         return finish_then_lay_out
 
     for param in params:
