@@ -16,7 +16,11 @@ mxnet / ours. Results are the same bit for bit (tests/python/unittest/test_fused
 against one given to ``amp.init_trainer`` after ``amp.init("bfloat16")`` (the finite check, the loss scaler and
 the fused update; float32 parameters as in AMP training), for SGD with momentum and Adam, each step waited for.
 
-Usage: python bench/bench_optimizer.py [--repeat 5] [--step]
+``--step --model`` does so over the parameters with gradients of a real ``resnet50_v1`` after one forward and
+backward (161 arrays, 25.6 M values), beside bare parameters of the same shapes holding the same gradients: the
+AMP step over both (``model / bare``, with GB/s of touched bytes) and the plain ``gluon.Trainer`` over the model.
+
+Usage: python bench/bench_optimizer.py [--repeat 5] [--step [--model]]
 """
 import argparse
 import os
@@ -95,39 +99,87 @@ def update_variants(rule, shapes):
     return {"mxnet": theirs, "mxnet.amp": ours}
 
 
-def step_variants(optimizer, shapes):
-    """``trainer.step`` of a plain trainer and of an AMP one over parameters of ``shapes``, gradients fresh."""
-    from mxnet import amp, gluon
+def model_params():
+    """The parameters with gradients of a ``resnet50_v1`` after one forward and backward (batch 2, 64x64)."""
+    from mxnet import autograd
+    net = vision.resnet50_v1()
+    net.initialize(mx.init.Xavier())
+    with autograd.record():
+        loss = net(mx.nd.random.uniform(shape=(2, 3, 64, 64))).sum()
+    loss.backward()
+    mx.nd.waitall()
+    return [param for param in net.collect_params().values() if param.grad_req != "null"]
+
+
+def bare_params(like):
+    """Bare ``gluon.Parameter``s of the shapes of ``like`` (shapes, or parameters whose gradients they copy)."""
+    from mxnet import gluon
     rng = np.random.RandomState(0)
+    params = []
+    for i, other in enumerate(like):
+        shape = other if isinstance(other, tuple) else other.shape
+        param = gluon.Parameter("p%d" % i, shape=shape)
+        param.initialize(mx.init.Normal(0.01), ctx=mx.cpu())
+        param.grad()[:] = (rng.randn(*shape).astype(np.float32) * 0.01 if isinstance(other, tuple)
+                           else other.grad())  # a gradient's values never change how long an update takes
+        params.append(param)
+    return params
+
+
+def timed_step(params, optimizer, wrapped):
+    """``trainer.step`` over ``params`` (plain, or given to ``amp.init_trainer``), every gradient fresh, waited."""
+    from mxnet import amp, gluon
     hyper = {"learning_rate": 1e-3, "wd": 1e-4, **({"momentum": 0.9} if optimizer == "sgd" else {})}
+    trainer = gluon.Trainer(params, optimizer, hyper)
+    if wrapped:
+        amp.init_trainer(trainer)
 
-    def one(wrapped):
-        params = []
-        for i, shape in enumerate(shapes):
-            param = gluon.Parameter("p%d" % i, shape=shape)
-            param.initialize(mx.init.Normal(0.01), ctx=mx.cpu())
-            params.append(param)
-        trainer = gluon.Trainer(params, optimizer, hyper)
-        if wrapped:
-            amp.init_trainer(trainer)
-        for param in params:  # a gradient's values never change how long an update takes
-            param.grad()[:] = rng.randn(*param.shape).astype(np.float32) * 0.01
+    def step():
+        for param in params:
+            param.list_data()[0]._fresh_grad = True  # as backward leaves it
+        trainer.step(1)
+        mx.nd.waitall()
+    step()  # the first step lays out the optimizer states and AMP's buffers
+    return step
 
-        def step():
-            for param in params:
-                param.list_data()[0]._fresh_grad = True  # as backward leaves it
-            trainer.step(1)
-            mx.nd.waitall()
-        step()  # the first step lays out the optimizer states and AMP's buffers
-        return step
 
-    return {"gluon.Trainer": one(False), "amp.init_trainer": one(True)}
+def step_variants(optimizer, shapes, model=False):
+    """``trainer.step`` of a plain trainer and of an AMP one over bare parameters of ``shapes``; with ``model``,
+    also over a real ``resnet50_v1``'s parameters, against bare ones with the same shapes and gradients."""
+    if not model:
+        return {"gluon.Trainer": timed_step(bare_params(shapes), optimizer, False),
+                "amp.init_trainer": timed_step(bare_params(shapes), optimizer, True)}
+    real = model_params()
+    return {"gluon.Trainer": timed_step(model_params(), optimizer, False),
+            "amp bare": timed_step(bare_params(real), optimizer, True),
+            "amp.init_trainer": timed_step(real, optimizer, True)}
+
+
+def _print_steps(shapes, repeat, model):
+    values = sum(int(np.prod(s)) for s in shapes)
+    if model:
+        print("%-8s | %18s | %14s | %15s | %s" % ("rule", "gluon.Trainer ms", "amp bare ms", "amp model ms",
+                                                  "model / bare, GB/s (bare, model)"))
+    else:
+        print("%-8s | %18s | %21s | %s" % ("rule", "gluon.Trainer ms", "amp.init_trainer ms", "plain / amp"))
+    for optimizer in ("sgd", "adam"):
+        rule = "sgd_mom" if optimizer == "sgd" else optimizer
+        times = best_of(step_variants(optimizer, shapes, model), repeat)
+        plain, amp = 1e3 * times["gluon.Trainer"], 1e3 * times["amp.init_trainer"]
+        if model:
+            bare, touched = 1e3 * times["amp bare"], values * _TOUCHED[rule] / 1e6
+            print("%-8s | %18.2f | %14.2f | %15.2f | %.2fx, %.1f, %.1f" % (
+                rule, plain, bare, amp, amp / bare, touched / bare, touched / amp))
+        else:
+            print("%-8s | %18.2f | %21.2f | %.2fx" % (rule, plain, amp, plain / amp))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--step", action="store_true", help="time the whole trainer.step, plain against AMP")
+    parser.add_argument("--model", action="store_true", help="with --step: a real resnet50_v1's parameters "
+                        "after a backward, against bare ones with the same shapes and gradients")
     args = parser.parse_args()
     cpu_banner()
     if args.step:
@@ -138,12 +190,7 @@ def main():
     print("%d parameters, %.1f M float32 values; library CPU kernels: %s" % (len(shapes), values / 1e6,
                                                                              library.cpu_isa()))
     if args.step:
-        print("%-8s | %18s | %21s | %s" % ("rule", "gluon.Trainer ms", "amp.init_trainer ms", "plain / amp"))
-        for optimizer in ("sgd", "adam"):
-            times = best_of(step_variants(optimizer, shapes), args.repeat)
-            print("%-8s | %18.2f | %21.2f | %.2fx" % (
-                "sgd_mom" if optimizer == "sgd" else optimizer, 1e3 * times["gluon.Trainer"],
-                1e3 * times["amp.init_trainer"], times["gluon.Trainer"] / times["amp.init_trainer"]))
+        _print_steps(shapes, args.repeat, args.model)
         return
     print("%-8s | %12s | %12s | %12s | %9s | %9s | %s" % ("rule", "copy ms", "mxnet ms", "mxnet.amp ms",
                                                           "amp/copy", "mxnet/amp", "GB/s (copy, mxnet, amp)"))

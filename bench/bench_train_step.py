@@ -136,20 +136,27 @@ def torch_step(model, batch, size, autocast):
     y = torch.randint(0, 2 if model == "encoder" else 10, (batch,))
     region = (lambda: torch.autocast("cpu", torch.bfloat16)) if autocast else contextlib.nullcontext
 
-    def step():
+    def step(mark=_no_mark):
         opt.zero_grad()
         with region():
             loss = torch.nn.functional.cross_entropy(net(x), y)
+        mark("forward")
         loss.backward()
+        mark("backward")
         opt.step()
+        mark("step")
     return step
 
 
-def torch_missing(model):
+def _no_mark(phase):
+    """The phase hook of a step that nobody watches (``bench_memory.py`` passes one that reads RSS)."""
+
+
+def torch_missing(model, python=None):
     """Why PyTorch's rows of ``model`` cannot run here (torch, or torchvision for ResNet-18, does not import in a
-    fresh process), or None where they can."""
+    fresh process of ``python``, by default this one's interpreter), or None where they can."""
     code = "import torch" + ("; import torchvision" if model == "resnet18" else "")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     return None if proc.returncode == 0 else (lines[-1] if lines else "exit status %d" % proc.returncode)[:120]
 

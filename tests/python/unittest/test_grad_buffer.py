@@ -99,24 +99,35 @@ def test_buffers_are_laid_out_before_the_first_backward_when_shapes_are_known():
             scaled.backward()
     trainer.step(2)
     assert trainer._mxnet_amp.grads is at_init  # the same buffer: nothing laid out twice
-    deferred = gluon.nn.Dense(3)
-    deferred.initialize()
-    trainer = gluon.Trainer(deferred.collect_params(), "sgd", {"learning_rate": 0.1})
-    init_trainer(trainer)
-    assert trainer._mxnet_amp.grads is None
-    with autograd.record():
-        loss = deferred(mx.nd.ones((2, 4))).sum()
-        with scale_loss(loss, trainer) as scaled:
-            scaled.backward()
-    trainer.step(2)
-    assert trainer._mxnet_amp.grads.current(trainer._params)
+    for hybridized in (True, False):
+        deferred = gluon.nn.HybridSequential()
+        deferred.add(gluon.nn.Dense(3), gluon.nn.Dense(2))
+        deferred.initialize()
+        if hybridized:
+            deferred.hybridize(static_alloc=True, static_shape=True)
+        trainer = gluon.Trainer(deferred.collect_params(), "sgd", {"learning_rate": 0.1})
+        init_trainer(trainer)
+        assert trainer._mxnet_amp.grads is None
+        with autograd.record():
+            loss = deferred(mx.nd.ones((2, 4))).sum()
+            # hybridized: in the first forward, as the shapes became known, before the CachedOp ran; imperative:
+            # the first Dense ran (recorded with its old gradient arrays) before the second knew its shapes
+            laid_out = trainer._mxnet_amp.grads
+            assert (laid_out is not None and laid_out.current(trainer._params)) is hybridized
+            assert all("_finish_deferred_init" not in vars(p) for p in trainer._params)  # the hooks are gone
+            with scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        trainer.step(2)
+        assert trainer._mxnet_amp.grads.current(trainer._params)
+        assert trainer._mxnet_amp.grads is laid_out or not hybridized
 
 
 @pytest.mark.parametrize("when", ["deferred shapes", "after a backward"])
 def test_static_graphs_train_on_the_laid_out_gradients(when):
     """hybridize(static_alloc=True, static_shape=True): the CachedOp keeps the gradient arrays of its first
-    backward. Laid out after that backward (deferred shapes: at the first step; or a backward before
-    init_trainer), the buffers must still receive every later step's gradients: training matches plain Gluon's."""
+    backward. Laid out inside the first call (deferred shapes: before that CachedOp first runs, kept) or after a
+    backward (one before init_trainer: the CachedOp dropped), the buffers must receive every step's gradients:
+    training matches plain Gluon's."""
     def net_of():
         mx.random.seed(3)
         net = gluon.nn.HybridSequential()

@@ -12,7 +12,9 @@ no longer points into the buffer; :meth:`GradBuffers.current` notices and lays t
 A static CachedOp (``hybridize(static_alloc=True, static_shape=True)``) keeps the gradient arrays of its first
 backward and writes into them ever after, whatever autograd was told since: left alone, every later step would
 update with the gradients of the step before the layout. Laying out drops the CachedOp of every block that reads
-the parameters (as ``HybridBlock.cast`` does), and their next call builds one on the views.
+the parameters (as ``HybridBlock.cast`` does), and their next call builds one on the views: a new set of static
+arrays beside the freed ones, which is why the buffers are laid out before the first forward where the shapes
+allow (:func:`~mxnet.amp.training.step.initial_grad_buffers`).
 """
 import gc
 
@@ -23,7 +25,7 @@ from mxnet import ndarray as nd
 from mxnet import numpy as _mx_np
 from mxnet.gluon import HybridBlock
 
-__all__ = ["GradBuffers"]
+__all__ = ["GradBuffers", "blocks_reading", "block_building"]
 
 _FLAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -68,7 +70,8 @@ class GradBuffers:
             autograd.mark_variables(param.list_data(), param.list_grad(), param.grad_req)
             for data, flag in zip(param.list_data(), fresh):
                 data._fresh_grad = flag
-        _drop_cached_ops(self.params)
+        for block in blocks_reading(self.params):
+            block._cached_op = None
 
     def current(self, params):
         """Whether ``params`` are still exactly the parameters whose gradients live in these buffers."""
@@ -79,11 +82,20 @@ class GradBuffers:
         return [self.buffers[i] for i in sorted(self.buffers)]
 
 
-def _drop_cached_ops(params):
-    """Drop the CachedOp of every live HybridBlock that reads one of ``params``: its next call builds a new one
-    on the parameters' current gradient arrays (the graph is kept)."""
+def blocks_reading(params):
+    """The live HybridBlocks with a CachedOp that reads one of ``params``."""
+    ids = {id(param) for param in params}
+    return [obj for obj in gc.get_objects()
+            if isinstance(obj, HybridBlock) and getattr(obj, "_cached_op", None) is not None
+            and any(not is_arg and id(arg) in ids for is_arg, arg in obj._cached_op_args)]
+
+
+def block_building(params):
+    """The hybridized block that reads every one of ``params`` and is building its CachedOp now (its graph made,
+    its CachedOp not yet: inside its first call, where Gluon finishes deferred initialisation), or None."""
     ids = {id(param) for param in params}
     for obj in gc.get_objects():
-        if (isinstance(obj, HybridBlock) and getattr(obj, "_cached_op", None) is not None
-                and any(not is_arg and id(arg) in ids for is_arg, arg in obj._cached_op_args)):
-            obj._cached_op = None
+        if (isinstance(obj, HybridBlock) and obj._active and obj._cached_graph and obj._cached_op is None
+                and ids <= {id(param) for param in obj.collect_params().values()}):
+            return obj
+    return None
