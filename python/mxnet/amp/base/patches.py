@@ -46,6 +46,22 @@ class Patch:
         return "Patch(%s, %s%r, group=%r)" % (where, "[" if self.item else ".", self.name, self.group)
 
 
+class _Callback:
+    """A recorded change undone by calling a function (see :meth:`Patches.call_on_restore`)."""
+
+    __slots__ = ("undo", "group")
+
+    def __init__(self, undo: Callable[[], None], group: str):
+        self.undo, self.group = undo, group
+
+    def current(self) -> Any:
+        """The function that undoes the change."""
+        return self.undo
+
+    def __repr__(self) -> str:
+        return "Patch(%s(), group=%r)" % (getattr(self.undo, "__qualname__", "callback"), self.group)
+
+
 class Patches:
     """A list of :class:`Patch` es, undone together, or a group at a time."""
 
@@ -71,6 +87,10 @@ class Patches:
         self._patches.append(Patch(mapping, key, mapping.get(key, _MISSING), True, group))
         mapping[key] = value
         return value
+
+    def call_on_restore(self, undo: Callable[[], None], group: str) -> None:
+        """Record ``undo``, a function that puts back a change no attribute holds (e.g. casts parameters back)."""
+        self._patches.append(_Callback(undo, group))
 
     def holds(self, group: str) -> bool:
         """Whether patches of ``group`` are in place."""

@@ -1,0 +1,188 @@
+"""bf16-true weights: ``amp.init_trainer(trainer, weights="bfloat16")`` keeps the large parameters, their gradients
+and their optimizer states in bfloat16, with a bfloat16 Kahan compensation per weight.
+
+Which parameters: the float32 ones of two or more dimensions, the weights of ``Dense``, ``Conv*``, ``Embedding``
+and attention projections. One-dimensional ones (biases, norm scale and shift) stay float32 with float32 states:
+they are small, and a norm's scale near 1 is where bfloat16's 8 bits hurt most.
+
+The update (SGD, SGD with momentum, Adam, AdamW; always the fused one) runs in float32 on the precise weight
+``x = w + c`` and the widened states, then stores ``w = bf16(x')``, ``c = bf16(x' - w)`` and the states rounded
+to bfloat16 (``compensated_store`` in ``src/operator/amp/kernels/update_rules.h``). ``w + c`` carries about 16
+significant bits, so updates far below half a bfloat16 ulp of ``w`` accumulate in ``c`` instead of vanishing, the
+classic stall of plain bfloat16 weights. :func:`use_plain_rounding` turns the compensation off (test and
+benchmark control only: it shows that stall).
+
+Turning the mode on casts each chosen parameter's float32 value ``v`` to ``w = bf16(v)``, ``c = bf16(v - w)``;
+turning it off (``init_trainer(trainer, weights="float32")`` or ``amp.reset()``) gives back float32 parameters
+holding ``w + c``, with float32 states. Compiled blocks reading the parameters rebuild their CachedOp.
+"""
+import base64
+from typing import Dict, List, Optional
+import weakref
+
+import numpy as np
+
+from mxnet import autograd
+from mxnet import ndarray as nd
+
+from ..base.dtypes import BFLOAT16, dtype_name
+from ..base.patches import PATCHES
+from .amp_state import attached, state_of
+from .grad_buffer import drop_cached_ops
+
+__all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "eligible", "use_plain_rounding"]
+
+#: The values of ``init_trainer``'s ``weights``: float32 (master) weights, or bf16-true weights.
+WEIGHT_MODES = ("float32", "bfloat16")
+
+_PATCH_GROUP = "bf16_weights"
+_LIVE = weakref.WeakSet()  # Bf16Weights that amp.reset() turns back to float32
+
+
+def check_mode(weights) -> str:
+    """``weights`` if it is one of :data:`WEIGHT_MODES`; otherwise ValueError naming it and the choices."""
+    if not isinstance(weights, str) or weights not in WEIGHT_MODES:
+        raise ValueError("init_trainer: weights=%r is not a weight mode; valid choices: %s"
+                         % (weights, ", ".join(repr(m) for m in WEIGHT_MODES)))
+    return weights
+
+
+def eligible(param) -> bool:
+    """Whether bf16-true mode stores ``param`` in bfloat16: float32, two or more dimensions, with a gradient."""
+    return (param.grad_req != "null" and dtype_name(param.dtype) in ("float32", "bfloat16")
+            and len(param.shape) >= 2)
+
+
+def _map_arrays(state, fn):
+    """``state`` (an updater state: NDArray, None, or nested tuples/lists of them) with ``fn`` applied to arrays."""
+    if isinstance(state, (list, tuple)):
+        return type(state)(_map_arrays(s, fn) for s in state)
+    return fn(state) if isinstance(state, nd.NDArray) else state
+
+
+def _cast_states(trainer, indices, dtype):
+    """Cast the existing optimizer states of parameters ``indices`` (every device) to ``dtype``, in place."""
+    for updater in trainer._updaters:
+        for index in indices:
+            if index in updater.states:
+                updater.states[index] = _map_arrays(updater.states[index], lambda a: a.astype(dtype))
+
+
+class Bf16Weights:
+    """The bf16-true parameters of one trainer and their Kahan compensation.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+        Its eligible parameters (:func:`eligible`) are cast to bfloat16 now; they must be initialised.
+
+    Raises
+    ------
+    ValueError
+        A parameter whose shape is not known yet (deferred initialisation).
+    """
+
+    def __init__(self, trainer):
+        self._trainer = weakref.ref(trainer)
+        self.kahan = True
+        params = trainer._params
+        self.indices = [i for i, p in enumerate(params) if eligible(p)]
+        for i in self.indices:
+            if params[i]._data is None:
+                raise ValueError("init_trainer(weights='bfloat16'): parameter %s is not initialised (deferred "
+                                 "shape); initialise it with a known shape or run one forward pass first"
+                                 % params[i].name)
+        self.compensation = {}  # (index, device) -> bfloat16 NDArray
+        with autograd.pause():
+            for i in self.indices:
+                param = params[i]
+                comps = [self._split(data) for data in param.list_data()]
+                param.cast(BFLOAT16)
+                for device, comp in enumerate(comps):
+                    self.compensation[(i, device)] = comp
+        _cast_states(trainer, self.indices, BFLOAT16)
+        drop_cached_ops([params[i] for i in self.indices])
+        _LIVE.add(self)
+        if not PATCHES.holds(_PATCH_GROUP):
+            PATCHES.call_on_restore(_restore_all, _PATCH_GROUP)
+
+    @staticmethod
+    def _split(data):
+        """``bf16(v - bf16(v))`` of a float32 (or already bfloat16) array ``v``: what its rounding loses."""
+        v = data.as_nd_ndarray().astype(np.float32)
+        return (v - v.astype(BFLOAT16).astype(np.float32)).astype(BFLOAT16)
+
+    def holds(self, index: int) -> bool:
+        """Whether the trainer's parameter ``index`` is stored in bfloat16 by this mode."""
+        return index in self.indices
+
+    def update_mode(self) -> str:
+        """The ``bf16_weights`` attribute of the fused update: ``'kahan'`` or ``'round'``."""
+        return "kahan" if self.kahan else "round"
+
+    def compensation_of(self, index: int, device: int) -> Optional[nd.NDArray]:
+        """The compensation array of parameter ``index`` on device ``device`` (None with plain rounding)."""
+        return self.compensation[(index, device)] if self.kahan else None
+
+    def precise(self, index: int) -> List[nd.NDArray]:
+        """Float32 values ``w + c`` of parameter ``index``, one per device (new arrays)."""
+        param = self._trainer()._params[index]
+        return [data.as_nd_ndarray().astype(np.float32) + self.compensation[(index, d)].astype(np.float32)
+                for d, data in enumerate(param.list_data())]
+
+    def to_float32(self) -> None:
+        """Give the trainer float32 parameters holding ``w + c`` and float32 states; this object is then spent."""
+        trainer = self._trainer()
+        _LIVE.discard(self)
+        if trainer is None:
+            return
+        amp_state = attached(trainer)
+        if amp_state is not None and amp_state.bf16_weights is self:
+            amp_state.bf16_weights = None
+        params = trainer._params
+        with autograd.pause():
+            for i in self.indices:
+                values = self.precise(i)
+                params[i].cast(np.float32)
+                for data, value in zip(params[i].list_data(), values):
+                    value.copyto(data.as_nd_ndarray())
+        _cast_states(trainer, self.indices, np.float32)
+        drop_cached_ops([params[i] for i in self.indices])
+        self.indices, self.compensation = [], {}
+
+    def compensation_state(self) -> Dict[str, str]:
+        """The compensation of device 0 as JSON-safe text: parameter index -> base64 of its bfloat16 bytes."""
+        encoded = {}
+        for i in self.indices:
+            bits = self.compensation[(i, 0)].astype(np.float32).asnumpy().view(np.uint32) >> 16
+            encoded[str(i)] = base64.b64encode(bits.astype("<u2").tobytes()).decode("ascii")
+        return encoded
+
+    def load_compensation(self, encoded: Dict[str, str]) -> None:
+        """Set every device's compensation from :meth:`compensation_state` output (checked by the caller)."""
+        for (i, _), comp in self.compensation.items():
+            bits = np.frombuffer(base64.b64decode(encoded[str(i)]), dtype="<u2").astype(np.uint32) << 16
+            value = nd.array(bits.view(np.float32).reshape(comp.shape), ctx=comp.context, dtype=np.float32)
+            value.astype(BFLOAT16).copyto(comp)
+
+
+def use_plain_rounding(trainer) -> None:
+    """Test and benchmark control: store bf16-true weights plainly rounded, without compensation.
+
+    The update then rounds ``w' = bf16(w + step)`` each step and updates below half a bfloat16 ulp of ``w`` are
+    lost: the drift that the default Kahan compensation prevents (``bench/bench_bf16_weights.py`` shows both).
+    The compensation already accumulated is dropped (set to zero).
+    """
+    weights = state_of(trainer).bf16_weights
+    if weights is None:
+        raise RuntimeError("use_plain_rounding: the trainer runs float32 weights; call "
+                           "amp.init_trainer(trainer, weights='bfloat16') first")
+    weights.kahan = False
+    for comp in weights.compensation.values():
+        comp[:] = 0
+
+
+def _restore_all():
+    """``amp.reset()``: every live bf16-true trainer back to float32 parameters and states."""
+    for weights in list(_LIVE):
+        weights.to_float32()
