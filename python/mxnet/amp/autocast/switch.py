@@ -145,9 +145,6 @@ def reset() -> None:
     """
     PATCHES.restore()
     for blk in list(STATE.rewritten):
-        blk._cached_graph = blk.__dict__.pop("_amp_original")  # a SymbolBlock keeps its graph when cleared
-        del blk._amp_graph
-        blk._clear_cached_op()
-    STATE.rewritten.clear()
+        graphs.forget_rewrite(blk)
     STATE.policy = None
     STATE.float32_by_choice = False

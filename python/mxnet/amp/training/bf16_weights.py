@@ -17,6 +17,7 @@ turning it off (``init_trainer(trainer, weights="float32")`` or ``amp.reset()``)
 holding ``w + c``, with float32 states. Compiled blocks reading the parameters rebuild their CachedOp.
 """
 import base64
+import gc
 from typing import Dict, List, Optional
 import weakref
 
@@ -24,11 +25,12 @@ import numpy as np
 
 from mxnet import autograd
 from mxnet import ndarray as nd
+from mxnet.gluon import HybridBlock
 
 from ..base.dtypes import BFLOAT16, dtype_name
 from ..base.patches import PATCHES
 from .amp_state import attached, state_of
-from .grad_buffer import drop_cached_ops
+from ..autocast.graphs import forget_rewrite
 
 __all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "eligible", "use_plain_rounding"]
 
@@ -101,7 +103,7 @@ class Bf16Weights:
                 for device, comp in enumerate(comps):
                     self.compensation[(i, device)] = comp
         _cast_states(trainer, self.indices, BFLOAT16)
-        drop_cached_ops([params[i] for i in self.indices])
+        _retrace([params[i] for i in self.indices])
         _LIVE.add(self)
         if not PATCHES.holds(_PATCH_GROUP):
             PATCHES.call_on_restore(_restore_all, _PATCH_GROUP)
@@ -147,7 +149,7 @@ class Bf16Weights:
                 for data, value in zip(params[i].list_data(), values):
                     value.copyto(data.as_nd_ndarray())
         _cast_states(trainer, self.indices, np.float32)
-        drop_cached_ops([params[i] for i in self.indices])
+        _retrace([params[i] for i in self.indices])
         self.indices, self.compensation = [], {}
 
     def compensation_state(self) -> Dict[str, str]:
@@ -164,6 +166,16 @@ class Bf16Weights:
             bits = np.frombuffer(base64.b64decode(encoded[str(i)]), dtype="<u2").astype(np.uint32) << 16
             value = nd.array(bits.view(np.float32).reshape(comp.shape), ctx=comp.context, dtype=np.float32)
             value.astype(BFLOAT16).copyto(comp)
+
+
+def _retrace(params):
+    """Make every built HybridBlock that reads one of ``params`` trace and rewrite its graph anew on its next call:
+    AMP's rewrite planned the casts for the parameters' old dtypes."""
+    ids = {id(param) for param in params}
+    for obj in gc.get_objects():
+        if (isinstance(obj, HybridBlock) and (obj._cached_graph or obj._cached_op is not None)
+                and any(id(param) in ids for param in obj.collect_params().values())):
+            forget_rewrite(obj)
 
 
 def use_plain_rounding(trainer) -> None:
