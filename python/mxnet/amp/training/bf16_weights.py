@@ -18,6 +18,7 @@ holding ``w + c``, with float32 states. Compiled blocks reading the parameters r
 """
 import base64
 import gc
+import logging
 from typing import Dict, List, Optional
 import weakref
 
@@ -31,13 +32,16 @@ from ..base.dtypes import BFLOAT16, dtype_name
 from ..base.patches import PATCHES
 from .amp_state import attached, state_of
 from ..autocast.graphs import forget_rewrite
+from ..core import ops
 
-__all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "eligible", "use_plain_rounding"]
+__all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "eligible", "use_plain_rounding", "weights_state",
+           "prepare_weights_state"]
 
 #: The values of ``init_trainer``'s ``weights``: float32 (master) weights, or bf16-true weights.
 WEIGHT_MODES = ("float32", "bfloat16")
 
 _PATCH_GROUP = "bf16_weights"
+_LOG = logging.getLogger("mxnet.amp.trainer")
 _LIVE = weakref.WeakSet()  # Bf16Weights that amp.reset() turns back to float32
 
 
@@ -62,12 +66,17 @@ def _map_arrays(state, fn):
     return fn(state) if isinstance(state, nd.NDArray) else state
 
 
+def _cast(array, dtype):
+    """``array`` cast to ``dtype``, rounding to nearest even (MXNet's ``astype`` truncates to bfloat16)."""
+    return ops.multi_cast([array], dtype)[0]
+
+
 def _cast_states(trainer, indices, dtype):
     """Cast the existing optimizer states of parameters ``indices`` (every device) to ``dtype``, in place."""
     for updater in trainer._updaters:
         for index in indices:
             if index in updater.states:
-                updater.states[index] = _map_arrays(updater.states[index], lambda a: a.astype(dtype))
+                updater.states[index] = _map_arrays(updater.states[index], lambda a: _cast(a, dtype))
 
 
 class Bf16Weights:
@@ -98,9 +107,10 @@ class Bf16Weights:
         with autograd.pause():
             for i in self.indices:
                 param = params[i]
-                comps = [self._split(data) for data in param.list_data()]
+                pairs = [self._split(data) for data in param.list_data()]
                 param.cast(BFLOAT16)
-                for device, comp in enumerate(comps):
+                for device, ((w, comp), data) in enumerate(zip(pairs, param.list_data())):
+                    w.copyto(data.as_nd_ndarray())
                     self.compensation[(i, device)] = comp
         _cast_states(trainer, self.indices, BFLOAT16)
         _retrace([params[i] for i in self.indices])
@@ -110,9 +120,10 @@ class Bf16Weights:
 
     @staticmethod
     def _split(data):
-        """``bf16(v - bf16(v))`` of a float32 (or already bfloat16) array ``v``: what its rounding loses."""
-        v = data.as_nd_ndarray().astype(np.float32)
-        return (v - v.astype(BFLOAT16).astype(np.float32)).astype(BFLOAT16)
+        """``(w, c)`` of a float32 array ``v``: ``w = bf16(v)`` and ``c = bf16(v - w)``, what its rounding loses."""
+        v = data.as_nd_ndarray()
+        w = _cast(v, BFLOAT16)
+        return w, _cast(v - w.astype(np.float32), BFLOAT16)
 
     def holds(self, index: int) -> bool:
         """Whether the trainer's parameter ``index`` is stored in bfloat16 by this mode."""
@@ -151,6 +162,11 @@ class Bf16Weights:
         _cast_states(trainer, self.indices, np.float32)
         _retrace([params[i] for i in self.indices])
         self.indices, self.compensation = [], {}
+
+    def cast_states(self, dtype) -> None:
+        """Cast the optimizer states of the bf16-true parameters to ``dtype`` (bfloat16 for the update; float32
+        while they are saved, so that state files are the same in both modes)."""
+        _cast_states(self._trainer(), self.indices, dtype)
 
     def compensation_state(self) -> Dict[str, str]:
         """The compensation of device 0 as JSON-safe text: parameter index -> base64 of its bfloat16 bytes."""
@@ -192,6 +208,79 @@ def use_plain_rounding(trainer) -> None:
     weights.kahan = False
     for comp in weights.compensation.values():
         comp[:] = 0
+
+
+def weights_state(trainer) -> dict:
+    """The weight mode of ``trainer`` as the JSON-safe ``"weights"`` entry of its AMP state.
+
+    ``{"dtype": "float32", "compensation": {}}``, or ``{"dtype": "bfloat16", "compensation": {index: base64}}``:
+    per bf16-true parameter (its index in the trainer), the little-endian bfloat16 bits of its compensation.
+    """
+    weights = attached(trainer).bf16_weights
+    if weights is None:
+        return {"dtype": "float32", "compensation": {}}
+    return {"dtype": "bfloat16", "compensation": weights.compensation_state()}
+
+
+def _decoded_size(text):
+    try:
+        return len(base64.b64decode(text.encode("ascii"), validate=True))
+    except (ValueError, UnicodeEncodeError):
+        return None
+
+
+def prepare_weights_state(trainer, state, source):
+    """Validate a ``"weights"`` entry (:func:`weights_state`) for ``trainer``; return a function applying it.
+
+    Applying it: into bf16-true mode, a bfloat16 file's compensation replaces the current one (a float32 file's
+    weights were split into ``w`` and ``c`` when the mode was turned on); into float32 mode, a bfloat16 file's
+    compensation is added to the parameters, so that they hold ``w + c`` again (parameters loaded from that
+    checkpoint's ``save_parameters`` file hold ``w``; others are left as they are, with a warning).
+
+    Raises
+    ------
+    ValueError
+        Not a dict with keys ``dtype`` and ``compensation``, an unknown dtype, or a compensation for a parameter
+        that is not bf16-true here or of the wrong size (the message names it and ``source``).
+    """
+    if not isinstance(state, dict) or set(state) != {"dtype", "compensation"}:
+        raise ValueError("invalid weights state in %s: expected keys ['compensation', 'dtype'], got %r"
+                         % (source, sorted(state) if isinstance(state, dict) else state))
+    if state["dtype"] not in WEIGHT_MODES or not isinstance(state["compensation"], dict):
+        raise ValueError("invalid weights state in %s: dtype %r (valid: %s) with compensation %s"
+                         % (source, state["dtype"], ", ".join(WEIGHT_MODES), type(state["compensation"]).__name__))
+    params = trainer._params
+    current = attached(trainer).bf16_weights
+    for key, text in state["compensation"].items():
+        index = int(key) if isinstance(key, str) and key.isdigit() else -1
+        if not 0 <= index < len(params) or not eligible(params[index]) or \
+                (current is not None and not current.holds(index)):
+            raise ValueError("invalid weights state in %s: compensation for parameter %r, which this trainer "
+                             "does not store in bfloat16" % (source, key))
+        size = int(np.prod(params[index].shape))
+        if not isinstance(text, str) or _decoded_size(text) != 2 * size:
+            raise ValueError("invalid weights state in %s: the compensation of parameter %s (%s) is not %d "
+                             "bfloat16 values in base64" % (source, key, params[index].name, size))
+    encoded = state["compensation"]
+    if current is not None:
+        return lambda: current.load_compensation(encoded) if encoded else None
+    return lambda: _add_compensation(trainer, encoded, source)
+
+
+def _add_compensation(trainer, encoded, source):
+    """float32 mode, bfloat16 file: parameters holding bfloat16 values ``w`` become ``w + c``."""
+    for key, text in encoded.items():
+        param = trainer._params[int(key)]
+        bits = np.frombuffer(base64.b64decode(text), dtype="<u2").astype(np.uint32) << 16
+        comp = bits.view(np.float32).reshape(param.shape)
+        for data in param.list_data():
+            value = data.as_nd_ndarray()
+            if dtype_name(value.dtype) != "float32" or (value.astype(BFLOAT16).astype(np.float32) != value).sum():
+                _LOG.warning("AMP: %s holds the compensation of bfloat16 weights, but parameter %s does not "
+                             "hold bfloat16 values (not loaded from that checkpoint?); left as it is",
+                             source, param.name)
+                break
+            value += nd.array(comp, ctx=value.context, dtype=np.float32)
 
 
 def _restore_all():
