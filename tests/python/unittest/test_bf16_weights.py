@@ -14,7 +14,7 @@ from mxnet.amp.base.patches import PATCHES
 from mxnet.amp.core import ops
 from mxnet.amp.training import adamw  # noqa: F401  (registers 'adamw')
 from mxnet.amp.training.amp_state import state_of
-from mxnet.amp.training.bf16_weights import use_plain_rounding
+from mxnet.amp.training.bf16_weights import WEIGHT_MODES, use_plain_rounding
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:amp.init\(\) was called after")
 
@@ -182,6 +182,7 @@ def test_training_with_bf16_weights_follows_float32_weights(bf16_amp, optimizer)
 
 def test_bad_weight_mode_is_named_with_the_choices(bf16_amp):
     net, trainer = _setup("float32")
+    assert WEIGHT_MODES == ("float32", "bfloat16")
     with pytest.raises(ValueError, match=r"weights='fp16' is not a weight mode; valid choices: 'float32', "
                                          r"'bfloat16'"):
         amp.init_trainer(trainer, weights="fp16")

@@ -14,13 +14,13 @@ from . import library
 from ..base.dtypes import BFLOAT16, TARGET_DTYPES
 from ..base.registry import op_handle
 
-__all__ = ["UPDATE_RULES", "BF16_WEIGHT_UPDATES", "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
+__all__ = ["UPDATE_RULES", "multi_cast", "widest_cast", "unscale_and_check", "multi_update", "scaler_update"]
 
 #: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
 UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
 
 #: How :func:`multi_update` stores bf16-true weights: not at all, with Kahan compensation, rounded plainly.
-BF16_WEIGHT_UPDATES = ("off", "kahan", "round")
+_BF16_WEIGHT_UPDATES = ("off", "kahan", "round")
 
 _ND = mx.nd.NDArray
 _NP = mx.np.ndarray
@@ -244,9 +244,9 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     if rule not in UPDATE_RULES:
         raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
                          % (rule, ", ".join(sorted(UPDATE_RULES))))
-    if bf16_weights not in BF16_WEIGHT_UPDATES:
+    if bf16_weights not in _BF16_WEIGHT_UPDATES:
         raise ValueError("multi_update: bf16_weights %r is not supported; valid choices: %s"
-                         % (bf16_weights, ", ".join(BF16_WEIGHT_UPDATES)))
+                         % (bf16_weights, ", ".join(_BF16_WEIGHT_UPDATES)))
     params = list(params)
     width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision or bf16_weights == "kahan" else 0)
     for i, group in enumerate(params):

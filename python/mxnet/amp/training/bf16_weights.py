@@ -34,7 +34,7 @@ from .amp_state import attached, state_of
 from ..autocast.graphs import forget_rewrite
 from ..core import ops
 
-__all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "eligible", "use_plain_rounding", "weights_state",
+__all__ = ["WEIGHT_MODES", "Bf16Weights", "check_mode", "use_plain_rounding", "weights_state",
            "prepare_weights_state"]
 
 #: The values of ``init_trainer``'s ``weights``: float32 (master) weights, or bf16-true weights.
@@ -53,7 +53,7 @@ def check_mode(weights) -> str:
     return weights
 
 
-def eligible(param) -> bool:
+def _eligible(param) -> bool:
     """Whether bf16-true mode stores ``param`` in bfloat16: float32, two or more dimensions, with a gradient."""
     return (param.grad_req != "null" and dtype_name(param.dtype) in ("float32", "bfloat16")
             and len(param.shape) >= 2)
@@ -85,7 +85,7 @@ class Bf16Weights:
     Parameters
     ----------
     trainer : gluon.Trainer
-        Its eligible parameters (:func:`eligible`) are cast to bfloat16 now; they must be initialised.
+        Its eligible parameters (:func:`_eligible`) are cast to bfloat16 now; they must be initialised.
 
     Raises
     ------
@@ -97,7 +97,7 @@ class Bf16Weights:
         self._trainer = weakref.ref(trainer)
         self.kahan = True
         params = trainer._params
-        self.indices = [i for i, p in enumerate(params) if eligible(p)]
+        self.indices = [i for i, p in enumerate(params) if _eligible(p)]
         for i in self.indices:
             if params[i]._data is None:
                 raise ValueError("init_trainer(weights='bfloat16'): parameter %s is not initialised (deferred "
@@ -253,7 +253,7 @@ def prepare_weights_state(trainer, state, source):
     current = attached(trainer).bf16_weights
     for key, text in state["compensation"].items():
         index = int(key) if isinstance(key, str) and key.isdigit() else -1
-        if not 0 <= index < len(params) or not eligible(params[index]) or \
+        if not 0 <= index < len(params) or not _eligible(params[index]) or \
                 (current is not None and not current.holds(index)):
             raise ValueError("invalid weights state in %s: compensation for parameter %r, which this trainer "
                              "does not store in bfloat16" % (source, key))

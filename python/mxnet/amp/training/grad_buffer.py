@@ -23,7 +23,7 @@ from mxnet import ndarray as nd
 from mxnet import numpy as _mx_np
 from mxnet.gluon import HybridBlock
 
-__all__ = ["GradBuffers", "drop_cached_ops"]
+__all__ = ["GradBuffers"]
 
 _FLAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -68,7 +68,7 @@ class GradBuffers:
             autograd.mark_variables(param.list_data(), param.list_grad(), param.grad_req)
             for data, flag in zip(param.list_data(), fresh):
                 data._fresh_grad = flag
-        drop_cached_ops(self.params)
+        _drop_cached_ops(self.params)
 
     def current(self, params):
         """Whether ``params`` are still exactly the parameters whose gradients live in these buffers."""
@@ -79,7 +79,7 @@ class GradBuffers:
         return [self.buffers[i] for i in sorted(self.buffers)]
 
 
-def drop_cached_ops(params):
+def _drop_cached_ops(params):
     """Drop the CachedOp of every live HybridBlock that reads one of ``params``: its next call builds a new one
     on the parameters' current gradient arrays (the graph is kept)."""
     ids = {id(param) for param in params}

@@ -75,12 +75,11 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         Whether SGD, Adam and AdamW take the fused update that never waits for the step's flag (see the module
         docstring). False keeps MXNet's own update and one host sync per step, for every optimizer.
     weights : {'float32', 'bfloat16'}, optional
-        How the parameters are stored. ``'float32'`` (the default): as they are, float32 master weights.
-        ``'bfloat16'`` (bf16-true, needs ``amp.init('bfloat16')``, SGD/Adam/AdamW, ``fused=True``, initialised
-        parameters, CPU): the float32 parameters of two or more dimensions, their gradients and optimizer states
-        become bfloat16, with a bfloat16 Kahan compensation per weight that keeps the update accurate (see
+        ``'float32'`` (default): float32 master weights. ``'bfloat16'`` (bf16-true; needs ``amp.init('bfloat16')``,
+        SGD/Adam/AdamW, ``fused=True``, initialised CPU parameters): parameters of two or more dimensions, their
+        gradients and optimizer states become bfloat16, with a bfloat16 Kahan compensation per weight (see
         :mod:`mxnet.amp.training.bf16_weights`); biases and norm parameters stay float32. Calling again with the
-        other mode converts back and forth; ``amp.reset()`` returns to float32.
+        other mode converts; ``amp.reset()`` returns to float32.
 
     Returns
     -------
@@ -94,8 +93,8 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         ``trainer`` is not a ``gluon.Trainer`` or ``loss_scaler`` not a ``LossScaler``.
     ValueError
         Sparse parameters, an async kvstore, or ``update_on_kvstore=True`` with a distributed kvstore: setups
-        where a skipped step cannot leave every worker's parameters and optimizer states unchanged. An unknown
-        ``weights`` mode, or ``weights='bfloat16'`` where it cannot run (the message says why).
+        where a skipped step cannot leave every worker's parameters and optimizer states unchanged. A ``weights``
+        mode that is unknown or cannot run here (the message says why).
 
     Example
     -------
@@ -111,11 +110,9 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
     if not isinstance(fused, bool):
         raise TypeError("fused must be True or False, got %r" % (fused,))
-    check_mode(weights)
+    if check_mode(weights) != "float32" and isinstance(trainer, Optimizer):
+        raise ValueError("init_trainer: weights=%r needs a gluon.Trainer (the Module API keeps float32)" % weights)
     if isinstance(trainer, Optimizer):
-        if weights != "float32":
-            raise ValueError("init_trainer: weights=%r needs a gluon.Trainer (the Module API keeps float32 "
-                             "weights)" % weights)
         current = attached(trainer)
         scaler = loss_scaler or (current.scaler if current else LossScaler.default_for(training_dtype()))
         return module_api.init_optimizer(trainer, scaler, training_dtype())
