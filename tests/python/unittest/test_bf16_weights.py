@@ -119,10 +119,21 @@ def test_kahan_tracks_float64_where_plain_rounding_stalls(rule):
     assert kahan < plain / 20, (kahan, plain)
 
 
+class _Residual(gluon.HybridBlock):
+    """``x + dense(x)``: an addition whose cast AMP plans from its inputs' dtypes (the embedding's changes)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.dense = gluon.nn.Dense(16, flatten=False, activation="relu")
+
+    def hybrid_forward(self, F, x):
+        return x + self.dense(x)
+
+
 def _net():
     net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Embedding(20, 16), gluon.nn.Dense(32, flatten=False, activation="relu"),
-            gluon.nn.LayerNorm(), gluon.nn.Dense(4, flatten=False))
+    net.add(gluon.nn.Embedding(20, 16), _Residual(), gluon.nn.LayerNorm(), gluon.nn.Dense(4, flatten=False))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     net.hybridize()
     return net
@@ -174,10 +185,11 @@ def test_training_with_bf16_weights_follows_float32_weights(bf16_amp, optimizer)
     assert [k for k, d in dtypes.items() if d == BFLOAT16] == [
         k for k in dtypes if k.endswith("weight")], dtypes  # embedding and dense weights; biases, norms float32
     l32, l16 = _train(net32, tr32, 30), _train(net16, tr16, 30)
-    assert l32[-1] < 0.7 * l32[0]
+    assert l32[-1] < 0.8 * l32[0]  # it learns
     np.testing.assert_allclose(l16, l32, rtol=0.03)
     for p16, p32 in zip(net16.collect_params().values(), net32.collect_params().values()):
-        np.testing.assert_allclose(f32(p16.data()), p32.data().asnumpy(), atol=0.02)
+        a, b = f32(p16.data()), p32.data().asnumpy()
+        assert np.linalg.norm(a - b) < 0.03 * np.linalg.norm(b), p32.name
 
 
 def test_bad_weight_mode_is_named_with_the_choices(bf16_amp):
