@@ -13,7 +13,9 @@ where torch is importable; it is never a dependency of this project. MXNet 1.9.1
 statistics (its CPU storage hands freed blocks back to malloc), so RSS is the measure.
 
     python bench/bench_memory.py [--workloads resnet18-32,resnet18-128,encoder] [--steps 5]
-        [--configs fp32,contrib,ours,torch-fp32,torch-autocast] [--stand-in a|b|c]
+        [--configs fp32,contrib,ours,ours-bf16w,torch-fp32,torch-autocast] [--stand-in a|b|c]
+
+``ours-bf16w``: ``mxnet.amp`` with bf16-true weights (``init_trainer(trainer, weights="bfloat16")``).
 """
 import argparse
 import json
@@ -25,7 +27,7 @@ from bench_train_step import build, torch_missing, torch_step  # noqa: E402
 from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 WORKLOADS = ("resnet18-32", "resnet18-128", "encoder")
-CONFIGS = ("fp32", "contrib", "ours", "torch-fp32", "torch-autocast")
+CONFIGS = ("fp32", "contrib", "ours", "ours-bf16w", "torch-fp32", "torch-autocast")
 ENCODER_BATCH = 8
 
 
@@ -41,7 +43,7 @@ def _mxnet_step(workload, config):
     if config == "contrib":
         from mxnet.contrib import amp as peer
         peer.init(target_dtype="bfloat16")
-    elif config == "ours":
+    elif config.startswith("ours"):
         import warnings
         from mxnet import amp as peer
         warnings.simplefilter("ignore", peer.SlowBfloat16Warning)
@@ -51,8 +53,10 @@ def _mxnet_step(workload, config):
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(net.collect_params(), optimizer, options)
+    if config == "ours-bf16w":  # bf16-true weights (init_trainer(weights="bfloat16")) need known shapes
+        net.infer_shape(x)
     if config != "fp32":
-        peer.init_trainer(trainer)
+        peer.init_trainer(trainer, weights="bfloat16" if config == "ours-bf16w" else "float32")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def step():

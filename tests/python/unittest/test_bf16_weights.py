@@ -323,3 +323,21 @@ def test_plain_rounding_control_drops_the_compensation(bf16_amp):
     assert bf16.update_mode() == "round" and bf16.compensation_of(bf16.indices[0], 0) is None
     _train(net, trainer, 2)
     assert all(f32(c).max() == 0 for c in bf16.compensation.values())
+
+
+def test_deferred_parameters_with_known_shapes_are_initialised_then_cast(bf16_amp):
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, flatten=False), gluon.nn.Dense(3, flatten=False))
+    net.initialize(mx.init.Xavier())
+    with pytest.raises(ValueError, match=r"has no known shape yet .*call net.infer_shape\(x\)"):
+        amp.init_trainer(gluon.Trainer(net.collect_params(), "sgd"), weights="bfloat16")
+    x = mx.nd.ones((2, 5, 4))
+    net.infer_shape(x)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    amp.init_trainer(trainer, weights="bfloat16")
+    assert all((p.dtype == BFLOAT16) == p.name.endswith("weight") for p in trainer._params)
+    assert state_of(trainer).grads is not None  # every shape known: the gradient buffers are laid out now
+    with autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    assert trainer.step(1)

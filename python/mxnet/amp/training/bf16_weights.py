@@ -85,12 +85,15 @@ class Bf16Weights:
     Parameters
     ----------
     trainer : gluon.Trainer
-        Its eligible parameters (:func:`_eligible`) are cast to bfloat16 now; they must be initialised.
+        Its eligible parameters (:func:`_eligible`) are cast to bfloat16 now, one at a time. A parameter whose
+        initialisation is deferred but whose shape is known (``net.infer_shape(x)``, no forward pass) is
+        initialised here, just before its cast: the float32 copies of the whole model never exist at once (the
+        other parameters with known shapes are initialised too).
 
     Raises
     ------
     ValueError
-        A parameter whose shape is not known yet (deferred initialisation).
+        A parameter whose shape is not known yet (the message says how to fix it).
     """
 
     def __init__(self, trainer):
@@ -99,19 +102,24 @@ class Bf16Weights:
         params = trainer._params
         self.indices = [i for i, p in enumerate(params) if _eligible(p)]
         for i in self.indices:
-            if params[i]._data is None:
-                raise ValueError("init_trainer(weights='bfloat16'): parameter %s is not initialised (deferred "
-                                 "shape); initialise it with a known shape or run one forward pass first"
-                                 % params[i].name)
+            if params[i]._data is None and (not params[i]._deferred_init or not all(params[i].shape)):
+                raise ValueError("init_trainer(weights='bfloat16'): parameter %s has no known shape yet (%s); "
+                                 "call net.infer_shape(x) or run one forward pass first, after net.initialize()"
+                                 % (params[i].name, params[i].shape))
         self.compensation = {}  # (index, device) -> bfloat16 NDArray
         with autograd.pause():
             for i in self.indices:
                 param = params[i]
+                if param._data is None:
+                    param._finish_deferred_init()
                 pairs = [self._split(data) for data in param.list_data()]
                 param.cast(BFLOAT16)
                 for device, ((w, comp), data) in enumerate(zip(pairs, param.list_data())):
                     w.copyto(data.as_nd_ndarray())
                     self.compensation[(i, device)] = comp
+        for param in params:  # the rest too, so that the gradient buffers are laid out now (see step.py)
+            if param._data is None and param._deferred_init and all(param.shape):
+                param._finish_deferred_init()
         _cast_states(trainer, self.indices, BFLOAT16)
         _retrace([params[i] for i in self.indices])
         _LIVE.add(self)
