@@ -1,8 +1,9 @@
 """Every change mxnet.amp makes to objects it does not own, recorded so that ``amp.reset()`` puts each back.
 
 ``amp.init`` wraps MXNet's operator front ends and a few methods of ``Block``, ``HybridBlock`` and ``Symbol``;
-``amp.init_trainer(optimizer)`` wraps ``Module.update`` and ``Module.backward``; importing the package registers
-ONNX converters with MXNet's exporter. All of them go through :data:`PATCHES`, and :func:`mxnet.amp.reset`
+``amp.init_trainer(optimizer)`` wraps ``Module.update`` and ``Module.backward``;
+``amp.init_trainer(trainer, weights="bfloat16")`` casts parameters (recorded as a function that casts them back);
+importing the package registers ONNX converters with MXNet's exporter. All of them go through :data:`PATCHES`, and :func:`mxnet.amp.reset`
 restores them, newest first, to the very objects they replaced. A Gluon trainer given to ``init_trainer`` is
 changed on the instance only (its wrapped methods live in the instance's ``__dict__``), never on its class.
 """
