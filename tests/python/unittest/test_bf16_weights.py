@@ -304,6 +304,10 @@ def test_states_file_of_bf16_weights_is_float32_and_loads_into_plain_trainers(bf
     bad = dict(section, weights=dict(section["weights"], compensation={str(index): "AAAA"}))
     with pytest.raises(ValueError, match="is not %d bfloat16 values in base64" % trainer._params[index].data().size):
         amp.load_state_dict(trainer, bad)
+    partial = dict(section["weights"]["compensation"])
+    partial.pop(str(index))
+    with pytest.raises(ValueError, match="a bfloat16 state with compensation for parameters"):
+        amp.load_state_dict(trainer, dict(section, weights=dict(section["weights"], compensation=partial)))
     with pytest.raises(ValueError, match=r"expected keys \['compensation', 'dtype'\]"):
         amp.load_state_dict(trainer, dict(section, weights={"dtype": "bfloat16"}))
     net32, trainer32 = _setup("float32")  # weights that were not loaded from the bf16 checkpoint: warned, kept

@@ -270,6 +270,10 @@ def prepare_weights_state(trainer, state, source):
             raise ValueError("invalid weights state in %s: the compensation of parameter %s (%s) is not %d "
                              "bfloat16 values in base64" % (source, key, params[index].name, size))
     encoded = state["compensation"]
+    expected = {str(i) for i in current.indices} if current is not None and state["dtype"] == "bfloat16" else set()
+    if (state["dtype"] == "float32" and encoded) or (expected and set(encoded) != expected):
+        raise ValueError("invalid weights state in %s: a %s state with compensation for parameters %s; expected %s"
+                         % (source, state["dtype"], sorted(encoded, key=int), sorted(expected, key=int)))
     if current is not None:
         return lambda: current.load_compensation(encoded) if encoded else None
     return lambda: _add_compensation(trainer, encoded, source)
