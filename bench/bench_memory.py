@@ -32,7 +32,9 @@ this project. MXNet 1.9.1 has no CPU memory-pool statistics (its CPU storage han
 malloc), so RSS is the measure.
 
     python bench/bench_memory.py [--workloads resnet18-32,resnet18-128,encoder] [--steps 5]
-        [--configs fp32,contrib,ours,torch-fp32,torch-autocast] [--torch-python PATH] [--stand-in a|b|c]
+        [--configs fp32,contrib,ours,ours-bf16w,torch-fp32,torch-autocast] [--torch-python PATH] [--stand-in a|b|c]
+
+``ours-bf16w``: ``mxnet.amp`` with bf16-true weights (``init_trainer(trainer, weights="bfloat16")``).
 """
 import argparse
 import json
@@ -44,7 +46,7 @@ from bench_train_step import build, torch_missing, torch_step  # noqa: E402
 from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 WORKLOADS = ("resnet18-32", "resnet18-128", "encoder")
-CONFIGS = ("fp32", "contrib", "ours", "torch-fp32", "torch-autocast")
+CONFIGS = ("fp32", "contrib", "ours", "ours-bf16w", "torch-fp32", "torch-autocast")
 PHASES = ("build", "forward", "backward", "step", "steady")
 ENCODER_BATCH = 8
 
@@ -93,7 +95,7 @@ def _mxnet_step(workload, config):
     if config == "contrib":
         from mxnet.contrib import amp as peer
         peer.init(target_dtype="bfloat16")
-    elif config == "ours":
+    elif config.startswith("ours"):
         import warnings
         from mxnet import amp as peer
         warnings.simplefilter("ignore", peer.SlowBfloat16Warning)
@@ -104,8 +106,10 @@ def _mxnet_step(workload, config):
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(net.collect_params(), optimizer, options)
+    if config == "ours-bf16w":  # bf16-true weights (init_trainer(weights="bfloat16")) need known shapes
+        net.infer_shape(x)
     if config != "fp32":
-        peer.init_trainer(trainer)
+        peer.init_trainer(trainer, weights="bfloat16" if config == "ours-bf16w" else "float32")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mx.nd.waitall()  # the initialisers run on the engine: the "build" phase includes them
 
@@ -154,7 +158,7 @@ def child(workload, config, steps):
         step()
     phases["steady"] = (_status("VmRSS"), _status("VmHWM"))
     scratch = None
-    if config == "ours":
+    if config.startswith("ours"):
         from mxnet.amp.core import library
         cache = library.onednn_cache()
         scratch = cache["buffer_bytes"] / 2.0 ** 20 if cache else None
@@ -199,14 +203,16 @@ def _print_phases(workload, results):
 
 
 def _check(workload, results):
-    """One line: mxnet.amp's over-base ratio against PyTorch autocast's, where both ran."""
-    ours, theirs = (results.get(c) for c in ("ours", "torch-autocast"))
-    if not ours or not theirs or "error" in ours or "error" in theirs:
-        return
-    a, b = ratios(ours, results.get("fp32")), ratios(theirs, results.get("torch-fp32"))
-    if a and b:
-        print("%s: mxnet.amp %.2fx over base, PyTorch autocast %.2fx: %s" % (
-            workload, a[1], b[1], "ok" if a[1] <= b[1] else "NOT MET (mxnet.amp above autocast)"))
+    """One line per mxnet.amp configuration: its over-base ratio against PyTorch autocast's, where both ran."""
+    theirs = results.get("torch-autocast")
+    for config in ("ours", "ours-bf16w"):
+        ours = results.get(config)
+        if not ours or not theirs or "error" in ours or "error" in theirs:
+            continue
+        a, b = ratios(ours, results.get("fp32")), ratios(theirs, results.get("torch-fp32"))
+        if a and b:
+            print("%s: %s %.2fx over base, PyTorch autocast %.2fx: %s" % (
+                workload, config, a[1], b[1], "ok" if a[1] <= b[1] else "NOT MET (above autocast)"))
 
 
 def main(argv=None):

@@ -127,7 +127,7 @@ def test_save_load_round_trips_scaler_and_optimizer(tmp_path, ctx, update_on_kvs
     _assert_same(got, want)
     section = checkpoint.read_file(path)[1]
     assert section == amp.state_dict(trainer)
-    assert set(section) == {"version", "target_dtype", "loss_scaler"}
+    assert set(section) == {"version", "target_dtype", "loss_scaler", "weights"}
     # Resuming is exact: both go on the same way, bit for bit (Adam's moments and counters included).
     _train(net, trainer, 3, poison={1})
     _train(resumed, fresh, 3, poison={1})
@@ -362,7 +362,7 @@ def test_killed_while_saving_leaves_a_loadable_file(tmp_path):
         mid_write_kills += bool(leftovers)
         optimizer_bytes, section = checkpoint.read_file(path)
         assert len(optimizer_bytes) > 4 * 1024 * 1024  # big enough that a kill lands mid-write
-        assert set(section) == {"version", "target_dtype", "loss_scaler"}  # read_file checked both CRCs
+        assert set(section) == {"version", "target_dtype", "loss_scaler", "weights"}  # read_file checked both CRCs
     assert mid_write_kills >= 1  # at least one kill hit a save in progress, and the old file survived it
     net = _net()
     trainer = _trainer(net)

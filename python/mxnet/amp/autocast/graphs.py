@@ -15,7 +15,7 @@ from ..graph.rewrite import rewrite_symbol
 from ..graph.symbol_json import drop_rounding, to_graph, to_symbol, with_var_dtypes
 from .context import STATE, active_policy
 
-__all__ = ["get_graph", "export", "bind"]
+__all__ = ["get_graph", "export", "bind", "forget_rewrite"]
 
 
 def _is_array(x) -> bool:
@@ -56,6 +56,16 @@ def get_graph(original: Callable) -> Callable:
         STATE.rewritten.add(self)
         return inputs, out
     return _get_graph
+
+
+def forget_rewrite(blk) -> None:
+    """Give ``blk`` back the graph it had before AMP rewrote it and clear its CachedOp: its next call traces and
+    rewrites anew (after ``amp.reset``, or when parameter dtypes changed)."""
+    if "_amp_original" in blk.__dict__:
+        blk._cached_graph = blk.__dict__.pop("_amp_original")  # a SymbolBlock keeps its graph when cleared
+        del blk._amp_graph
+    STATE.rewritten.discard(blk)
+    blk._clear_cached_op()
 
 
 def export(original: Callable) -> Callable:

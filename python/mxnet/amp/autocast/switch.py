@@ -139,15 +139,13 @@ def reset() -> None:
     Every patch mxnet.amp made outside its own objects is undone (:data:`~mxnet.amp.base.patches.PATCHES`):
     ``amp.init``'s hooks, the ``Module.update`` / ``Module.backward`` wrappers of ``init_trainer(optimizer)``
     and the converters registered with ``mx.onnx.export_model`` (``amp.export_onnx`` registers them again when
-    it runs). Parameters keep their values and dtypes (AMP casts on the fly and never changes them). A
+    it runs). Parameters keep their values and dtypes (AMP casts on the fly and never changes them), except the
+    bfloat16 weights of ``init_trainer(trainer, weights="bfloat16")``, which become float32 again (``w + c``). A
     ``gluon.Trainer`` given to ``init_trainer`` keeps its loss scaling (it lives on the instance); an optimizer
     of the Module API needs ``init_trainer`` again before ``scale_loss``.
     """
     PATCHES.restore()
     for blk in list(STATE.rewritten):
-        blk._cached_graph = blk.__dict__.pop("_amp_original")  # a SymbolBlock keeps its graph when cleared
-        del blk._amp_graph
-        blk._clear_cached_op()
-    STATE.rewritten.clear()
+        graphs.forget_rewrite(blk)
     STATE.policy = None
     STATE.float32_by_choice = False

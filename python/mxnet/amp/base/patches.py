@@ -1,8 +1,9 @@
 """Every change mxnet.amp makes to objects it does not own, recorded so that ``amp.reset()`` puts each back.
 
 ``amp.init`` wraps MXNet's operator front ends and a few methods of ``Block``, ``HybridBlock`` and ``Symbol``;
-``amp.init_trainer(optimizer)`` wraps ``Module.update`` and ``Module.backward``; importing the package registers
-ONNX converters with MXNet's exporter. All of them go through :data:`PATCHES`, and :func:`mxnet.amp.reset`
+``amp.init_trainer(optimizer)`` wraps ``Module.update`` and ``Module.backward``;
+``amp.init_trainer(trainer, weights="bfloat16")`` casts parameters (recorded as a function that casts them back);
+importing the package registers ONNX converters with MXNet's exporter. All of them go through :data:`PATCHES`, and :func:`mxnet.amp.reset`
 restores them, newest first, to the very objects they replaced. A Gluon trainer given to ``init_trainer`` is
 changed on the instance only (its wrapped methods live in the instance's ``__dict__``), never on its class.
 """
@@ -46,6 +47,22 @@ class Patch:
         return "Patch(%s, %s%r, group=%r)" % (where, "[" if self.item else ".", self.name, self.group)
 
 
+class _Callback:
+    """A recorded change undone by calling a function (see :meth:`Patches.call_on_restore`)."""
+
+    __slots__ = ("undo", "group")
+
+    def __init__(self, undo: Callable[[], None], group: str):
+        self.undo, self.group = undo, group
+
+    def current(self) -> Any:
+        """The function that undoes the change."""
+        return self.undo
+
+    def __repr__(self) -> str:
+        return "Patch(%s(), group=%r)" % (getattr(self.undo, "__qualname__", "callback"), self.group)
+
+
 class Patches:
     """A list of :class:`Patch` es, undone together, or a group at a time."""
 
@@ -71,6 +88,10 @@ class Patches:
         self._patches.append(Patch(mapping, key, mapping.get(key, _MISSING), True, group))
         mapping[key] = value
         return value
+
+    def call_on_restore(self, undo: Callable[[], None], group: str) -> None:
+        """Record ``undo``, a function that puts back a change no attribute holds (e.g. casts parameters back)."""
+        self._patches.append(_Callback(undo, group))
 
     def holds(self, group: str) -> bool:
         """Whether patches of ``group`` are in place."""

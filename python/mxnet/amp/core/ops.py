@@ -19,6 +19,9 @@ __all__ = ["UPDATE_RULES", "multi_cast", "widest_cast", "unscale_and_check", "mu
 #: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
 UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
 
+#: How :func:`multi_update` stores bf16-true weights: not at all, with Kahan compensation, rounded plainly.
+_BF16_WEIGHT_UPDATES = ("off", "kahan", "round")
+
 _ND = mx.nd.NDArray
 _NP = mx.np.ndarray
 _OP_HANDLES = {name: op_handle(name) for name in library.OP_NAMES}
@@ -198,7 +201,8 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
                  scaler_state: mx.nd.NDArray, lrs: Sequence[float], wds: Sequence[float],
                  etas: Optional[Sequence[float]] = None, rescale_grad: float = 1.0,
                  clip_gradient: Optional[float] = None, momentum: float = 0.0, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-8, multi_precision: bool = False) -> mx.nd.NDArray:
+                 beta2: float = 0.999, epsilon: float = 1e-8, multi_precision: bool = False,
+                 bf16_weights: str = "off") -> mx.nd.NDArray:
     """One fused optimizer step over many parameters, skipped on the device when ``flag`` is 0.
 
     Parameters
@@ -221,6 +225,11 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
         AdamW only: per-parameter schedule multipliers (MXNet's ``eta``).
     rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon : float
         As MXNet's optimizers take them; ``clip_gradient`` None or 0 turns clipping off, as in MXNet.
+    bf16_weights : {'off', 'kahan', 'round'}, optional
+        bf16-true weights (CPU only): every weight, grad and state is bfloat16, the update runs in float32 and
+        its result is stored in bfloat16 with a Kahan compensation (``'kahan'``: a bfloat16 ``compensation``
+        array follows the states in each tuple) or plainly rounded (``'round'``, the drifting control). Not
+        with ``multi_precision``.
 
     Returns
     -------
@@ -235,14 +244,18 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     if rule not in UPDATE_RULES:
         raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
                          % (rule, ", ".join(sorted(UPDATE_RULES))))
+    if bf16_weights not in _BF16_WEIGHT_UPDATES:
+        raise ValueError("multi_update: bf16_weights %r is not supported; valid choices: %s"
+                         % (bf16_weights, ", ".join(_BF16_WEIGHT_UPDATES)))
     params = list(params)
-    width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision else 0)
+    width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision or bf16_weights == "kahan" else 0)
     for i, group in enumerate(params):
         if len(group) != width:
             raise ValueError("multi_update: params[%d] has %d arrays; rule %r%s needs %d (weight, grad%s%s)"
                              % (i, len(group), rule, " with multi_precision" if multi_precision else "", width,
                                 "".join(", " + name for name in UPDATE_RULES[rule]),
-                                ", master" if multi_precision else ""))
+                                ", master" if multi_precision else
+                                (", compensation" if bf16_weights == "kahan" else "")))
     lists = {"lrs": list(lrs), "wds": list(wds)}
     if rule == "adamw":
         lists["etas"] = list(etas) if etas is not None else []
@@ -254,7 +267,7 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     return _invoke("amp_multi_update", "multi_update", arrays, rule=rule, multi_precision=bool(multi_precision),
                    rescale_grad=repr(float(rescale_grad)), clip_gradient=repr(float(clip_gradient or -1.0)),
                    momentum=repr(float(momentum)), beta1=repr(float(beta1)), beta2=repr(float(beta2)),
-                   epsilon=repr(float(epsilon)), **attrs)[0]
+                   epsilon=repr(float(epsilon)), bf16_weights=bf16_weights, **attrs)[0]
 
 
 def scaler_update(scaler_state: mx.nd.NDArray, flag: mx.nd.NDArray, config: Any) -> mx.nd.NDArray:

@@ -49,6 +49,7 @@ class AmpState:
         self.grads = None  # GradBuffers: a trainer's gradients as views of one buffer per device and dtype
         self.updater = None  # FusedUpdater while a trainer's optimizer and parameters allow one
         self.rules = None  # RuleCache of a Gluon trainer
+        self.bf16_weights = None  # Bf16Weights while the trainer runs bf16-true weights (init_trainer's weights)
         self.module = None  # Module API: weakref to the Module that ran backward last (what unscale unscales)
         self.loss_scale = None  # Module API: the scale scale_loss applied since the last update (None: unscaled)
 

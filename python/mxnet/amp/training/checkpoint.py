@@ -10,7 +10,8 @@ kvstore) loads an AMP file unchanged and never sees the AMP section. The AMP JSO
 
     {"format": "mxnet.amp.trainer_states", "version": 1,
      "optimizer_bytes": <int>, "optimizer_crc32": <int>,
-     "amp": {"version": 1, "target_dtype": "float16" | "bfloat16" | null, "loss_scaler": {...}}}
+     "amp": {"version": 2, "target_dtype": "float16" | "bfloat16" | null, "loss_scaler": {...},
+             "weights": {"dtype": "float32" | "bfloat16", "compensation": {...}}}}
 
 so the AMP state lives in its own namespaced, versioned section and is never mixed into the optimizer's
 fields. Both parts carry a CRC-32, so a truncated or corrupted file is detected. A file without the trailer
@@ -32,7 +33,9 @@ __all__ = ["MAGIC", "AMP_SECTION_VERSION", "pack", "unpack", "read", "read_file"
 #: Last bytes of every file written by an AMP trainer.
 MAGIC = b"\x00MXNET.AMP.STATES\x00"
 FORMAT_VERSION = 1
-AMP_SECTION_VERSION = 1
+AMP_SECTION_VERSION = 2
+#: The AMP section versions this reader accepts (1: written before bf16-true weights, no "weights" entry).
+READABLE_SECTION_VERSIONS = (1, 2)
 _FORMAT_NAME = "mxnet.amp.trainer_states"
 _TRAILER = struct.Struct("<QI")  # JSON length, JSON crc32
 
@@ -122,9 +125,11 @@ def load(data: bytes, source: str = "<bytes>", trusted: bool = False) -> StateFi
         raise ValueError("%s is corrupt: %d unexpected bytes between the optimizer states and the AMP section"
                          % (source, len(optimizer_bytes) - states.length))
     amp = header.get("amp")
-    if not isinstance(amp, dict) or amp.get("version") != AMP_SECTION_VERSION:
-        raise ValueError("%s has an unsupported AMP section %r; expected a dict with version %d"
-                         % (source, amp if not isinstance(amp, dict) else amp.get("version"), AMP_SECTION_VERSION))
+    if not isinstance(amp, dict) or isinstance(amp.get("version"), bool) or \
+            amp.get("version") not in READABLE_SECTION_VERSIONS:
+        raise ValueError("%s has an unsupported AMP section %r; expected a dict with version %s"
+                         % (source, amp if not isinstance(amp, dict) else amp.get("version"),
+                            " or ".join(map(str, READABLE_SECTION_VERSIONS))))
     return StateFile(optimizer_bytes, states, amp)
 
 

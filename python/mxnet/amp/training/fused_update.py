@@ -16,12 +16,17 @@ is read (:class:`StepResult`), or before the trainer saves or loads states.
 import numpy as np
 
 from mxnet import optimizer as _opt
+from ..base.dtypes import BFLOAT16
 from ..core import library, ops
 from .adamw import AdamW, bias_correction
+from .amp_state import attached
 
-__all__ = ["FusedUpdater", "RuleCache", "StepResult", "fused_rule"]
+__all__ = ["FUSED_OPTIMIZERS", "FusedUpdater", "RuleCache", "StepResult", "fused_rule"]
 
 _RULES = {_opt.SGD: "sgd", _opt.Adam: "adam", AdamW: "adamw"}
+
+#: The optimizer classes with a fused update.
+FUSED_OPTIMIZERS = tuple(_RULES)
 
 
 def fused_rule(trainer):
@@ -40,8 +45,10 @@ def fused_rule(trainer):
         rule = "sgd_mom"
     if trainer._kvstore and trainer._update_on_kvstore:
         return None, "parameters are updated on the kvstore"
-    for param in trainer._params:
-        if param.grad_req == "null":
+    amp_state = attached(trainer)
+    bf16 = amp_state.bf16_weights if amp_state is not None else None
+    for index, param in enumerate(trainer._params):
+        if param.grad_req == "null" or (bf16 is not None and bf16.holds(index)):
             continue
         for data in param.list_data():
             if data.context.device_type != "cpu" and not library.cuda_kernels():
@@ -135,11 +142,14 @@ class FusedUpdater:
     trainer : gluon.Trainer
     rule : str
         From :func:`fused_rule`.
+    bf16_weights : Bf16Weights, optional
+        The trainer's bf16-true parameters (:mod:`.bf16_weights`), updated with their compensation.
     """
 
-    def __init__(self, trainer, rule):
+    def __init__(self, trainer, rule, bf16_weights=None):
         self.trainer = trainer
         self.rule = rule
+        self.bf16_weights = bf16_weights
         self._pending = None  # (applied flag, counters before the step) of the last step not yet settled
 
     def settle(self):
@@ -164,19 +174,26 @@ class FusedUpdater:
         trainer, optimizer = self.trainer, self.trainer._optimizer
         saved = _counters(optimizer)
         applied = flag
+        bf16 = self.bf16_weights
         for device, updater in enumerate(trainer._updaters):
-            groups = {}  # multi_precision -> [(index, weight, grad)]
+            groups = {}  # "master" (float16 + float32 master), "bf16" (bf16-true) or "plain" -> [(index, w, g)]
             for index, param in params:
                 weight, grad = param.list_data()[device], param.list_grad()[device]
-                master = optimizer.multi_precision and np.dtype(weight.dtype) == np.float16
-                groups.setdefault(master, []).append((index, weight, grad))
-            for master, members in groups.items():
-                applied = self._issue(updater, members, master, flag, scaler_state)
+                if bf16 is not None and bf16.holds(index) and weight.dtype == BFLOAT16:
+                    kind = "bf16"
+                elif optimizer.multi_precision and np.dtype(weight.dtype) == np.float16:
+                    kind = "master"
+                else:
+                    kind = "plain"
+                groups.setdefault(kind, []).append((index, weight, grad))
+            for kind, members in groups.items():
+                applied = self._issue(updater, members, kind, device, flag, scaler_state)
         self._pending = (applied, saved)
         return StepResult(applied, self.settle)
 
-    def _issue(self, updater, members, master, flag, scaler_state):
+    def _issue(self, updater, members, kind, device, flag, scaler_state):
         optimizer = updater.optimizer
+        master = kind == "master"
         indices = [index for index, _, _ in members]
         ctx = members[0][1].context
         for index, weight, _ in members:
@@ -198,13 +215,18 @@ class FusedUpdater:
                 lrs, etas = corrections, lrs
         arrays = [(weight, grad) + self._states(updater.states[index], master)
                   for index, weight, grad in members]
+        mode = "off" if kind != "bf16" else self.bf16_weights.update_mode()
+        if mode == "kahan":
+            arrays = [group + (self.bf16_weights.compensation_of(index, device),)
+                      for group, (index, _, _) in zip(arrays, members)]
         if flag.context != ctx:
             flag, scaler_state = flag.as_in_context(ctx), scaler_state.as_in_context(ctx)
         return ops.multi_update(self.rule, arrays, flag, scaler_state, lrs, wds, etas,
                                 rescale_grad=optimizer.rescale_grad, clip_gradient=optimizer.clip_gradient,
                                 momentum=getattr(optimizer, "momentum", 0.0),
                                 beta1=getattr(optimizer, "beta1", 0.9), beta2=getattr(optimizer, "beta2", 0.999),
-                                epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master)
+                                epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master,
+                                bf16_weights=mode)
 
     def _states(self, state, master):
         """The state arrays of one parameter in ``amp_multi_update`` order (master weights last)."""

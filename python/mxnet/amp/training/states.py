@@ -15,11 +15,15 @@ Module-API modules.
 import logging
 from typing import Any, Dict
 
+import numpy as np
+
 from mxnet.gluon import Trainer
 
+from ..base.dtypes import BFLOAT16
 from ..base.files import atomic_write
 from . import checkpoint, module_api, updater_states
 from .amp_state import attached, state_of
+from .bf16_weights import prepare_weights_state, weights_state
 from .kvstore import ensure_kvstore
 from .loss_scaler import LossScaler
 from .step import settle
@@ -34,7 +38,14 @@ def _optimizer_bytes(trainer):
     settle(trainer)
     if trainer._update_on_kvstore:
         return trainer._kvstore._updater.get_states(dump_optimizer=True)
-    return trainer._updaters[0].get_states(dump_optimizer=True)
+    bf16 = state_of(trainer).bf16_weights
+    if bf16 is None:
+        return trainer._updaters[0].get_states(dump_optimizer=True)
+    bf16.cast_states(np.float32)  # the same file in both weight modes: float32 states (exact)
+    try:
+        return trainer._updaters[0].get_states(dump_optimizer=True)
+    finally:
+        bf16.cast_states(BFLOAT16)
 
 
 def save_states(trainer: Trainer, fname: str) -> None:
@@ -84,6 +95,8 @@ def load_states(trainer: Any, fname: str, trusted: bool = False) -> None:
         loaded = checkpoint.read(fname, trusted=trusted)
         apply_amp = _prepare_amp_section(trainer, loaded.amp, source=repr(fname))
         _install_states(trainer, loaded.updater_states)
+        if state_of(trainer).bf16_weights is not None:
+            state_of(trainer).bf16_weights.cast_states(BFLOAT16)
         apply_amp()
         return
     if isinstance(trainer, Trainer):
@@ -121,14 +134,20 @@ def _install_states(trainer: Trainer, loaded: updater_states.UpdaterStates) -> N
     trainer._optimizer.param_dict = dict(enumerate(trainer._params))
 
 
+#: The keys of an AMP section, by version (version 1, before bf16-true weights, had no "weights").
+SECTION_KEYS = {1: {"version", "target_dtype", "loss_scaler"}, 2: {"version", "target_dtype", "loss_scaler", "weights"}}
+
+
 def _section_scaler(section, source):
     """The LossScaler an AMP section holds; ValueError names what is wrong with the section and where it is."""
-    if not isinstance(section, dict) or set(section) != {"version", "target_dtype", "loss_scaler"}:
-        raise ValueError("invalid AMP state in %s: expected keys ['loss_scaler', 'target_dtype', 'version'], "
-                         "got %r" % (source, sorted(section) if isinstance(section, dict) else section))
-    if section["version"] != checkpoint.AMP_SECTION_VERSION:
-        raise ValueError("unsupported AMP state version %r in %s; supported: %d"
-                         % (section["version"], source, checkpoint.AMP_SECTION_VERSION))
+    version = section.get("version") if isinstance(section, dict) else None
+    if isinstance(section, dict) and (isinstance(version, bool) or version not in SECTION_KEYS):
+        raise ValueError("unsupported AMP state version %r in %s; supported: %s"
+                         % (version, source, ", ".join(map(str, sorted(SECTION_KEYS)))))
+    if not isinstance(section, dict) or set(section) != SECTION_KEYS[version]:
+        raise ValueError("invalid AMP state in %s: expected keys %r, got %r"
+                         % (source, sorted(SECTION_KEYS[version] if isinstance(section, dict) else SECTION_KEYS[2]),
+                            sorted(section) if isinstance(section, dict) else section))
     candidate = LossScaler()
     try:
         candidate.load_state_dict(section["loss_scaler"])
@@ -145,12 +164,18 @@ def _prepare_amp_section(trainer, section, source):
                      "keeping the current loss scaler (scale %g)", source, amp_state.scaler.scale)
         return lambda: None
     candidate = _section_scaler(section, source)
+    apply_weights = (prepare_weights_state(trainer, section["weights"], source) if "weights" in section
+                     else lambda: None)
     if section["target_dtype"] != amp_state.target_dtype:
         _LOG.warning("AMP: %s was written for target dtype %r but this trainer runs %r; its loss scaler state "
                      "is dropped and the current one (scale %g) kept", source, section["target_dtype"],
                      amp_state.target_dtype, amp_state.scaler.scale)
-        return lambda: None
-    return lambda: amp_state.scaler.load_state_dict(candidate.state_dict())
+        return apply_weights
+
+    def apply():
+        amp_state.scaler.load_state_dict(candidate.state_dict())
+        apply_weights()
+    return apply
 
 
 def state_dict(trainer: Any) -> Dict[str, Any]:
@@ -159,11 +184,14 @@ def state_dict(trainer: Any) -> Dict[str, Any]:
     Returns
     -------
     dict
-        ``{"version": 1, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict()}``.
+        ``{"version": 2, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict(),
+        "weights": {"dtype": "float32" or "bfloat16", "compensation": {...}}}`` (the weight mode of
+        ``init_trainer`` and, in bfloat16 mode, the Kahan compensation of each bf16-true parameter, base64).
+        Version 1 (no ``"weights"``: float32) still loads.
     """
     amp_state = state_of(trainer)
     return {"version": checkpoint.AMP_SECTION_VERSION, "target_dtype": amp_state.target_dtype,
-            "loss_scaler": amp_state.scaler.state_dict()}
+            "loss_scaler": amp_state.scaler.state_dict(), "weights": weights_state(trainer)}
 
 
 def load_state_dict(trainer: Any, state: Dict[str, Any]) -> None:

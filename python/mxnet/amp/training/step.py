@@ -18,7 +18,7 @@ from mxnet.gluon.parameter import DeferredInitializationError
 
 from .amp_state import Stage, attached, report_step, state_of
 from .checks import check_gradients
-from .fused_update import FusedUpdater, StepResult
+from .fused_update import FusedUpdater, StepResult, fused_rule
 from .grad_buffer import GradBuffers, block_building, blocks_reading
 from .kvstore import ensure_kvstore, on_kvstore
 
@@ -129,12 +129,16 @@ def _fused_updater(trainer):
     """The trainer's FusedUpdater, or None when its optimizer or parameters need MXNet's own update."""
     amp_state = state_of(trainer)
     rule = amp_state.rules.rule(trainer) if amp_state.fused else None
+    bf16 = amp_state.bf16_weights
     if rule is None:
+        if bf16 is not None:
+            raise RuntimeError("bf16-true weights (init_trainer(weights='bfloat16')) need the fused update, but "
+                               "it is not available: %s" % fused_rule(trainer)[1])
         settle(trainer)
         amp_state.updater = None
-    elif amp_state.updater is None or amp_state.updater.rule != rule:
+    elif amp_state.updater is None or amp_state.updater.rule != rule or amp_state.updater.bf16_weights is not bf16:
         settle(trainer)
-        amp_state.updater = FusedUpdater(trainer, rule)
+        amp_state.updater = FusedUpdater(trainer, rule, bf16)
     return amp_state.updater
 
 

@@ -45,7 +45,8 @@ from mxnet.optimizer import Optimizer
 from ..autocast.context import training_dtype
 from . import module_api, states, step
 from .amp_state import AmpState, Stage, attach, attached, replace_scaler, state_of
-from .fused_update import RuleCache
+from .bf16_weights import Bf16Weights, check_mode
+from .fused_update import FUSED_OPTIMIZERS, RuleCache
 from .kvstore import check_kvstore_config, ensure_kvstore
 from .loss_scaler import LossScaler
 
@@ -57,7 +58,7 @@ WRAPPED = {"step": step.step, "update": step.update, "allreduce_grads": step.all
 
 
 def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossScaler] = None,
-                 fused: bool = True) -> LossScaler:
+                 fused: bool = True, weights: str = "float32") -> LossScaler:
     """Attach loss scaling to one ``gluon.Trainer`` instance (or ``mx.optimizer.Optimizer``: Module API).
 
     Parameters
@@ -73,6 +74,12 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
     fused : bool, optional
         Whether SGD, Adam and AdamW take the fused update that never waits for the step's flag (see the module
         docstring). False keeps MXNet's own update and one host sync per step, for every optimizer.
+    weights : {'float32', 'bfloat16'}, optional
+        ``'float32'`` (default): float32 master weights. ``'bfloat16'`` (bf16-true; needs ``amp.init('bfloat16')``,
+        SGD/Adam/AdamW, ``fused=True``, initialised CPU parameters): parameters of two or more dimensions, their
+        gradients and optimizer states become bfloat16, with a bfloat16 Kahan compensation per weight (see
+        :mod:`mxnet.amp.training.bf16_weights`); biases and norm parameters stay float32. Calling again with the
+        other mode converts; ``amp.reset()`` returns to float32.
 
     Returns
     -------
@@ -86,7 +93,8 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         ``trainer`` is not a ``gluon.Trainer`` or ``loss_scaler`` not a ``LossScaler``.
     ValueError
         Sparse parameters, an async kvstore, or ``update_on_kvstore=True`` with a distributed kvstore: setups
-        where a skipped step cannot leave every worker's parameters and optimizer states unchanged.
+        where a skipped step cannot leave every worker's parameters and optimizer states unchanged. A ``weights``
+        mode that is unknown or cannot run here (the message says why).
 
     Example
     -------
@@ -102,6 +110,8 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
     if not isinstance(fused, bool):
         raise TypeError("fused must be True or False, got %r" % (fused,))
+    if check_mode(weights) != "float32" and isinstance(trainer, Optimizer):
+        raise ValueError("init_trainer: weights=%r needs a gluon.Trainer (the Module API keeps float32)" % weights)
     if isinstance(trainer, Optimizer):
         current = attached(trainer)
         scaler = loss_scaler or (current.scaler if current else LossScaler.default_for(training_dtype()))
@@ -115,6 +125,7 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         dtype = training_dtype()
         amp_state = AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
         amp_state.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
+        _set_weights(trainer, amp_state, weights)
         amp_state.grads = step.initial_grad_buffers(trainer)
         attach(trainer, amp_state)
         for name, method in WRAPPED.items():  # on the instance: the class is never patched
@@ -122,9 +133,33 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
     else:
         step.settle(trainer)
         amp_state.fused = fused
+        _set_weights(trainer, amp_state, weights)
         if loss_scaler is not None:
             replace_scaler(trainer, loss_scaler)
     return amp_state.scaler
+
+
+def _set_weights(trainer, amp_state, weights):
+    """Switch ``trainer`` to weight mode ``weights`` (no change when it runs that mode already)."""
+    if weights == "float32":
+        if amp_state.bf16_weights is not None:
+            amp_state.bf16_weights.to_float32()
+        return
+    if amp_state.bf16_weights is not None:
+        return
+    reasons = []
+    if amp_state.target_dtype != "bfloat16":
+        reasons.append("amp.init('bfloat16') was not called (target dtype %r)" % amp_state.target_dtype)
+    if not amp_state.fused:
+        reasons.append("fused=False")
+    if type(trainer._optimizer) not in FUSED_OPTIMIZERS:
+        reasons.append("optimizer %s has no fused update" % type(trainer._optimizer).__name__)
+    if any(ctx.device_type != "cpu" for ctx in trainer._contexts):
+        reasons.append("bf16-true updates run on CPU only")
+    if reasons:
+        raise ValueError("init_trainer(weights='bfloat16') needs amp.init('bfloat16'), fused=True, SGD/Adam/AdamW "
+                         "and CPU parameters: %s" % "; ".join(reasons))
+    amp_state.bf16_weights = Bf16Weights(trainer)
 
 
 def get_loss_scaler(trainer: Union[Trainer, Optimizer]) -> LossScaler:

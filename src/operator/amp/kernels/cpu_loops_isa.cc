@@ -324,7 +324,75 @@ void update_typed(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t
   }
 }
 
+// bf16-true: bfloat16 weights, gradients and states; with kKahan a bfloat16 compensation per weight.
+template <bool kKahan>
+struct Bf16Params {
+  uint16_t* __restrict__ weight;
+  const uint16_t* __restrict__ grad;
+  uint16_t* __restrict__ s0;
+  uint16_t* __restrict__ s1;
+  uint16_t* __restrict__ comp;
+  Bf16Params(const UpdateSet& set, int64_t b)
+      : weight(static_cast<uint16_t*>(set.weight.data) + b),
+        grad(static_cast<const uint16_t*>(set.grad) + b),
+        s0(set.bf16_state0 ? set.bf16_state0 + b : nullptr),
+        s1(set.bf16_state1 ? set.bf16_state1 + b : nullptr),
+        comp(kKahan ? set.compensation + b : nullptr) {}
+  inline float load_w(int64_t i) const { return compensated_load<kKahan>(weight[i], kKahan ? comp[i] : 0); }
+  inline void store_w(int64_t i, float w) const {
+    uint16_t unused = 0;
+    compensated_store<kKahan>(w, &weight[i], kKahan ? &comp[i] : &unused);
+  }
+};
+
+template <bool kKahan, bool kMomentum, bool kClip>
+void sgd_loop_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const Bf16Params<kKahan> p(set, b);
+  const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
+  const int64_t n = e - b;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float m = kMomentum ? BF16::load(p.s0[i]) : 0.0f;
+    p.store_w(i, sgd_element<kMomentum, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &m));
+    if (kMomentum) p.s0[i] = BF16::store(m);
+  }
+}
+
+template <bool kKahan, bool kDecoupled, bool kClip>
+void adam_loop_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const Bf16Params<kKahan> p(set, b);
+  const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
+  const int64_t n = e - b;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float mean = BF16::load(p.s0[i]), var = BF16::load(p.s1[i]);
+    p.store_w(i, adam_element<kDecoupled, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &mean, &var));
+    p.s0[i] = BF16::store(mean);
+    p.s1[i] = BF16::store(var);
+  }
+}
+
+template <bool kKahan>
+void update_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  const bool clip_on = h.clip_gradient >= 0.0f;
+  switch (h.rule) {
+    case kSgd:
+      return clip_on ? sgd_loop_bf16<kKahan, false, true>(h, set, b, e)
+                     : sgd_loop_bf16<kKahan, false, false>(h, set, b, e);
+    case kSgdMomentum:
+      return clip_on ? sgd_loop_bf16<kKahan, true, true>(h, set, b, e)
+                     : sgd_loop_bf16<kKahan, true, false>(h, set, b, e);
+    case kAdam:
+      return clip_on ? adam_loop_bf16<kKahan, false, true>(h, set, b, e)
+                     : adam_loop_bf16<kKahan, false, false>(h, set, b, e);
+    default:
+      return clip_on ? adam_loop_bf16<kKahan, true, true>(h, set, b, e)
+                     : adam_loop_bf16<kKahan, true, false>(h, set, b, e);
+  }
+}
+
 void update(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  if (set.bf16_states) return set.compensation ? update_bf16<true>(h, set, b, e) : update_bf16<false>(h, set, b, e);
   switch (set.weight.dtype) {
     case kFloat16: return update_typed<F16, true>(h, set, b, e);
     case kBfloat16: return update_typed<BF16, true>(h, set, b, e);

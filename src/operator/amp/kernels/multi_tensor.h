@@ -87,6 +87,11 @@ struct UpdateHyper {
  *          w = w - lr * mean / (sqrt(var) + epsilon)
  *        - kAdamW: d = c(rescale * g); mean as kAdam; var = beta2 * var + (1 - beta2) * (d * d);
  *          w = w - eta * (lr * mean / (sqrt(var) + epsilon) + wd * w)
+ *        bfloat16 weights without master weights ("bf16-true", when bf16_states is set): grad is bfloat16,
+ *        the states are bfloat16 in bf16_state0/bf16_state1 (state0/state1 null), and compensation, when not
+ *        null, is a bfloat16 Kahan compensation c of each weight. The rule above runs in float32 on the
+ *        precise weight x = w + c and the float32 states; then w = bf16(x'), c = bf16(x' - w) (see
+ *        compensated_store in update_rules.h). A null compensation rounds x' to bfloat16 plainly.
  */
 struct UpdateSet {
   TensorRef weight;
@@ -95,6 +100,10 @@ struct UpdateSet {
   float* state1;
   float* master;
   float lr, wd, eta;
+  bool bf16_states;
+  uint16_t* bf16_state0;
+  uint16_t* bf16_state1;
+  uint16_t* compensation;
 };
 
 /*! \brief Applies hyper.rule to the n parameters of sets, in parallel chunks of chunk_size elements. */

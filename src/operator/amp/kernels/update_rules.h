@@ -1,7 +1,7 @@
 /*!
  * \file update_rules.h
  * \brief The optimizer update of one element (SGD, SGD with momentum, Adam, AdamW), shared by the CPU loops
- *        and the CUDA kernels.
+ *        and the CUDA kernels, and the compensated bfloat16 storage of bf16-true weights.
  *
  * Each function repeats MXNet 1.9.1's float32 expression operation by operation (see UpdateSet in
  * multi_tensor.h); callers compile it without floating-point contraction on CPUs, where that makes the results
@@ -51,6 +51,24 @@ AMP_HD float adam_element(const UpdateScalars& p, float w, float g, float* mean,
   *var = v;
   return kDecoupled ? w - p.eta * (p.lr * m / (sqrtf(v) + p.epsilon) + p.wd * w)
                     : w - p.lr * m / (sqrtf(v) + p.epsilon);
+}
+
+/*! \brief The precise value of a bfloat16 weight w with Kahan compensation c (kKahan), or w alone. */
+template <bool kKahan>
+AMP_HD float compensated_load(uint16_t w, uint16_t c) {
+  return kKahan ? bf16_bits_to_float(w) + bf16_bits_to_float(c) : bf16_bits_to_float(w);
+}
+
+/*!
+ * \brief Stores the updated precise weight x as bfloat16: *w = bf16(x) and, with kKahan, *c = bf16(x - *w), what
+ *        the rounding of w lost (x - float(*w) is exact in float32). w + c then carries about 16 significant
+ *        bits, so updates far below half a bfloat16 ulp of w accumulate in c instead of vanishing.
+ */
+template <bool kKahan>
+AMP_HD void compensated_store(float x, uint16_t* w, uint16_t* c) {
+  const uint16_t rounded = float_to_bf16_bits(x);
+  *w = rounded;
+  if (kKahan) *c = float_to_bf16_bits(x - bf16_bits_to_float(rounded));
 }
 
 }  // namespace mxnet_amp

@@ -7,7 +7,9 @@
  * multi_precision, its float32 master weights; then the finite flag (float32 (1,), from
  * amp_multi_unscale_check) and the loss scaler's state (float64 (6,), amp_scaler_update; element 0 is the
  * scale the loss was multiplied by). Weights, states and master weights are updated in place (mutable
- * inputs) unless the flag is 0. The gradient multiplier is rescale_grad / scale, computed here so the host
+ * inputs) unless the flag is 0. With bf16_weights (kahan or round: mxnet.amp's bf16-true weights), every
+ * weight, grad and state is bfloat16 and, with kahan, a bfloat16 compensation follows the states (no master
+ * weights). The gradient multiplier is rescale_grad / scale, computed here so the host
  * never reads the scale. Output: float32 (1,), 1.0 if the update was applied, else 0.0.
  */
 #include <string>
@@ -29,13 +31,31 @@ struct Params {
   int rule;
   int num_params;
   bool master;
+  int bf16;  // kBf16Off, kBf16Kahan or kBf16Round
   double rescale_grad;
   float clip_gradient, momentum, beta1, beta2, epsilon;
   std::vector<float> lrs, wds, etas;
 };
 
+enum Bf16Mode : int { kBf16Off = 0, kBf16Kahan = 1, kBf16Round = 2 };
+
 int states_of(int rule) { return rule == kSgd ? 0 : (rule == kSgdMomentum ? 1 : 2); }
-int stride_of(const Params& p) { return 2 + states_of(p.rule) + (p.master ? 1 : 0); }
+int stride_of(const Params& p) { return 2 + states_of(p.rule) + (p.master || p.bf16 == kBf16Kahan ? 1 : 0); }
+
+bool parse_bf16(const Attrs& attrs, Params* p) {
+  const auto it = attrs.find("bf16_weights");
+  const std::string s = it == attrs.end() ? std::string("off") : it->second;
+  p->bf16 = s == "off" ? kBf16Off : (s == "kahan" ? kBf16Kahan : (s == "round" ? kBf16Round : -1));
+  if (p->bf16 < 0) {
+    MX_ERROR_MSG << kOp << ": attribute bf16_weights must be one of off, kahan, round (got '" << s << "')";
+    return false;
+  }
+  if (p->bf16 != kBf16Off && p->master) {
+    MX_ERROR_MSG << kOp << ": bf16_weights=" << s << " keeps no master weights; multi_precision must be False";
+    return false;
+  }
+  return true;
+}
 
 bool parse_rule(const Attrs& attrs, int* rule) {
   const auto it = attrs.find("rule");
@@ -56,7 +76,10 @@ bool parse_rule(const Attrs& attrs, int* rule) {
 }
 
 bool parse_params(const Attrs& attrs, Params* p) {
-  if (!parse_rule(attrs, &p->rule) || !parse_bool(kOp, attrs, "multi_precision", false, &p->master)) return false;
+  if (!parse_rule(attrs, &p->rule) || !parse_bool(kOp, attrs, "multi_precision", false, &p->master) ||
+      !parse_bf16(attrs, p)) {
+    return false;
+  }
   int num_args = 0;
   if (!parse_num_args(kOp, attrs, &num_args)) return false;
   const int stride = stride_of(*p);
@@ -89,6 +112,7 @@ const char* role_of(const Params& p, int k) {
   static const char* const kSgdMom[] = {"weight", "grad", "momentum", "master weight"};
   static const char* const kAdamRoles[] = {"weight", "grad", "mean", "var", "master weight"};
   if (k < 2) return kSgdMom[k];
+  if (k == 2 + states_of(p.rule)) return p.master ? "master weight" : "compensation";
   if (p.rule == kSgd) return "master weight";
   return p.rule == kSgdMomentum ? kSgdMom[k] : kAdamRoles[k];
 }
@@ -105,13 +129,18 @@ MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<i
                    << "; supported: float32, float16, bfloat16";
       return MX_FAIL;
     }
-    if (low && !p.master) {
+    if (p.bf16 != kBf16Off && weight != kBfloat16) {
+      MX_ERROR_MSG << kOp << ": parameter " << i << " has dtype " << dtype_name(weight)
+                   << "; bf16_weights=" << attrs.at("bf16_weights") << " needs bfloat16 weights";
+      return MX_FAIL;
+    }
+    if (low && !p.master && p.bf16 == kBf16Off) {
       MX_ERROR_MSG << kOp << ": parameter " << i << " is " << dtype_name(weight)
                    << "; low-precision weights need multi_precision=True (float32 master weights)";
       return MX_FAIL;
     }
     for (int k = 1; k < stride; ++k) {
-      const int want = k == 1 ? weight : kFloat32;
+      const int want = k == 1 || p.bf16 != kBf16Off ? weight : kFloat32;
       if ((*in)[i * stride + k] != want) {
         MX_ERROR_MSG << kOp << ": parameter " << i << ": " << role_of(p, k) << " has dtype "
                      << dtype_name((*in)[i * stride + k]) << ", expected " << dtype_name(want);
@@ -162,6 +191,10 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
 #if !defined(MXNET_AMP_CUDA)
   if (gpu) return no_cuda(kOp);
 #endif
+  if (gpu && p.bf16 != kBf16Off) {
+    MX_ERROR_MSG << kOp << ": bf16_weights=" << attrs.at("bf16_weights") << " has CPU kernels only";
+    return MX_FAIL;
+  }
   UpdateHyper hyper{p.rule, 1.0f, p.clip_gradient, p.momentum, p.beta1, p.beta2, p.epsilon};
   std::vector<UpdateSet> sets(p.num_params);
   const int states = states_of(p.rule);
@@ -177,9 +210,14 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
     UpdateSet& s = sets[i];
     s.weight = {t[0].data_ptr, t[0].size(), static_cast<int>(t[0].dtype)};
     s.grad = t[1].data_ptr;
-    s.state0 = states > 0 ? t[2].data<float>() : nullptr;
-    s.state1 = states > 1 ? t[3].data<float>() : nullptr;
+    const bool bf16 = p.bf16 != kBf16Off;
+    s.state0 = states > 0 && !bf16 ? t[2].data<float>() : nullptr;
+    s.state1 = states > 1 && !bf16 ? t[3].data<float>() : nullptr;
     s.master = p.master ? t[2 + states].data<float>() : nullptr;
+    s.bf16_states = bf16;
+    s.bf16_state0 = states > 0 && bf16 ? static_cast<uint16_t*>(t[2].data_ptr) : nullptr;
+    s.bf16_state1 = states > 1 && bf16 ? static_cast<uint16_t*>(t[3].data_ptr) : nullptr;
+    s.compensation = p.bf16 == kBf16Kahan ? static_cast<uint16_t*>(t[2 + states].data_ptr) : nullptr;
     s.lr = p.lrs[i];
     s.wd = p.wds[i];
     s.eta = p.rule == kAdamW ? p.etas[i] : 1.0f;
