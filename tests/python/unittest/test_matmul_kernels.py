@@ -435,6 +435,35 @@ def test_training_graphs_keep_low_precision_outputs_and_fold_the_scale(monkeypat
 
 @requires_onednn3
 @requires_onednn3_bf16
+def test_training_graphs_fuse_residual_sums_into_the_product(monkeypatch):
+    """A residual sum of two bfloat16 tensors, the sole reader of a product's output, becomes its with_sum input in
+    training graphs too: backward keeps the sum (what the next op reads) and not the product's output beside it; the
+    gradients are those of the unfused graph."""
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=8, flatten=False, name="fc1")
+    sym = mx.sym.FullyConnected(h, num_hidden=8, flatten=False, name="fc2") + h
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu")
+    nodes = json.loads(low.tojson())["nodes"]
+    fc2 = next(n for n in nodes if n["name"] == "fc2")
+    assert fc2["attrs"]["with_sum"] == "True" and nodes[fc2["inputs"][-1][0]]["name"] == "fc1"
+    assert "elemwise_add" not in [n["op"] for n in nodes] and "_plus" not in [n["op"] for n in nodes]
+    rng = np.random.RandomState(2)
+    shapes = dict(zip(sym.list_arguments(), sym.infer_shape(data=(3, 5, 6))[0]))
+    feed = {k: bf16_round(rng.uniform(-1, 1, s)) for k, s in shapes.items()}
+    head = bf16_round(rng.uniform(-1, 1, (3, 5, 8)))
+    results = []
+    for graph in (sym, low):
+        grads = {k: mx.nd.zeros(s) for k, s in shapes.items()}
+        exe = graph.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in feed.items()}, args_grad=grads)
+        out = exe.forward(is_train=True)[0].asnumpy()
+        exe.backward(mx.nd.array(head))
+        results.append([out] + [grads[k].asnumpy() for k in sorted(grads)])
+    for name, ref, got in zip(["out"] + sorted(shapes), *results):
+        np.testing.assert_allclose(got, ref, rtol=2 ** -6, atol=2 ** -6 * np.abs(ref).max(), err_msg=name)
+
+
+@requires_onednn3
+@requires_onednn3_bf16
 def test_inference_graphs_fuse_relu_into_the_product(monkeypatch):
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     x = mx.sym.var("data")

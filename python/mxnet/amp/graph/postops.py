@@ -1,6 +1,6 @@
 """Passes over a rewritten graph: casts that type inference proves no-ops go, scalar factors fold into the products,
-ReLUs fuse into the library kernels before them, library kernels write float32 where only float32 is read (in
-training graphs: the graph's outputs), and in inference graphs GELUs and residual sums become the products' oneDNN
+ReLUs and residual sums fuse into the library kernels before them, library kernels write float32 where only float32
+is read (in training graphs: the graph's outputs), and in inference graphs GELUs become the products' oneDNN
 post-ops."""
 import functools
 import itertools
@@ -34,9 +34,9 @@ _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
 
 def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
-    """Inference graphs: a same-shape sum that is the sole reader of an ``amp_convolution`` or
-    ``amp_fully_connected`` output becomes the product's ``with_sum`` input (a oneDNN post-op: a ResNet block's or
-    a transformer layer's residual add costs no pass of its own). The other operand must have the product's output
+    """A same-shape sum that is the sole reader of an ``amp_convolution`` or ``amp_fully_connected`` output becomes
+    the product's ``with_sum`` input (a oneDNN post-op: a ResNet block's or a transformer layer's residual add costs
+    no pass of its own; in training graphs backward keeps the sum only, not the product's output beside it). The other operand must have the product's output
     dtype and be computed before it."""
     if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
         return graph

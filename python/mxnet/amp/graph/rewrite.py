@@ -177,7 +177,7 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     # training graphs keep low precision outputs inside: backward keeps every library kernel's output
     out = float32_library_outputs(out, policy, var_dtypes, outputs_only=not inference)
     out = fuse_scale(drop_noop_casts(out, var_dtypes, rewrite.build.stats))
-    out = fuse_activation(fuse_sum(out, var_dtypes), training=False) if inference else fuse_activation(out, True)
+    out = fuse_activation(fuse_sum(out, var_dtypes), training=not inference)
     return out, rewrite.build.stats
 
 
