@@ -5,7 +5,7 @@
  *
  * Backward, in training (N values per channel, xhat = (x - mean) * invstd):
  *   dbeta = sum(dy), dgamma = sum(dy * xhat), dx = gamma * invstd * (dy - dbeta / N - xhat * dgamma / N);
- * in inference the statistics are constants: dx = gamma * invstd * dy.
+ * in inference the statistics are constants: dx = gamma * invstd * dy. A fused ReLU masks dy first (into dx).
  */
 #include "batch_norm.h"
 
@@ -64,7 +64,8 @@ void cpu_batch_norm_forward(const BatchNormForward& a) {
     const double scale = (a.gamma != nullptr ? a.gamma[c] : 1.0f) * invstd;
     const float mul = static_cast<float>(scale), add = static_cast<float>(a.beta[c] - mean * scale);
     for (int64_t o = 0; o < s.outer; ++o) {
-      l.bn_affine(a.dtype, run_at(a.x, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c), s.inner, mul, add);
+      l.bn_affine(a.dtype, run_at(a.x, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c), s.inner, mul, add,
+                  a.relu);
     }
   }
 }
@@ -76,9 +77,17 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
 #pragma omp parallel for schedule(static) num_threads(a.threads)
   for (int64_t c = 0; c < s.channels; ++c) {
     const double mean = a.saved_mean[c], invstd = a.saved_invstd[c];
+    const void* dy = a.dy;
+    if (a.relu) {  // dy where the output is positive, else 0: into dx, which the last pass overwrites in place
+      for (int64_t o = 0; o < s.outer; ++o) {
+        l.relu_mask(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c),
+                    run_at(a.dx, a.dtype, s, o, c), s.inner);
+      }
+      dy = a.dx;
+    }
     double sdy = 0.0, sdyx = 0.0;  // sum(dy), sum(dy * (x - mean))
     for (int64_t o = 0; o < s.outer; ++o) {
-      l.bn_grad_moments(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.x, a.dtype, s, o, c), s.inner,
+      l.bn_grad_moments(a.dtype, run_at(dy, a.dtype, s, o, c), run_at(a.x, a.dtype, s, o, c), s.inner,
                         static_cast<float>(mean), &sdy, &sdyx);
     }
     const double dgamma = sdyx * invstd, g = a.gamma != nullptr ? a.gamma[c] : 1.0;
@@ -91,7 +100,7 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
       C = -A * sdy / count - B * mean;
     }
     for (int64_t o = 0; o < s.outer; ++o) {
-      l.bn_grad_apply(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.x, a.dtype, s, o, c),
+      l.bn_grad_apply(a.dtype, run_at(dy, a.dtype, s, o, c), run_at(a.x, a.dtype, s, o, c),
                       run_at(a.dx, a.dtype, s, o, c), s.inner, static_cast<float>(A), static_cast<float>(B),
                       static_cast<float>(C));
     }

@@ -31,6 +31,7 @@ struct BatchNormForward {
   float* saved_invstd;          /*!< [channels]: 1 / sqrt(variance used + eps) */
   float eps, momentum;
   bool training;
+  bool relu;                    /*!< y = max(0, normalised): a fused ReLU */
   int threads;                  /*!< OpenMP team */
 };
 
@@ -39,6 +40,7 @@ struct BatchNormBackward {
   int dtype;                    /*!< of dy, x and dx */
   const void* dy;
   const void* x;
+  const void* y;                /*!< the forward's output, read where relu */
   void* dx;
   const float* gamma;           /*!< nullptr: a scale of 1 (fix_gamma: dgamma is 0) */
   const float* saved_mean;
@@ -46,6 +48,7 @@ struct BatchNormBackward {
   float* dgamma;
   float* dbeta;
   bool training;                /*!< whether the forward used the batch's statistics */
+  bool relu;                    /*!< the forward fused a ReLU: dy counts where y > 0 (masked into dx first) */
   int threads;
 };
 

@@ -31,13 +31,15 @@ struct CpuLoops {
    *        sum((x - shift)^2) to *s2 (float32 within the run, then float64).
    */
   void (*bn_moments)(int dtype, const void* x, int64_t n, float shift, double* s1, double* s2);
-  /*! \brief y[0:n] = x * a + b, x and y of one dtype (float32 math, one rounding). */
-  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b);
+  /*! \brief y[0:n] = x * a + b (relu: max(0, x * a + b)), x and y of one dtype (float32 math, one rounding). */
+  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b, bool relu);
   /*! \brief Adds sum(dy) to *sdy and sum(dy * (x - shift)) to *sdyx; dy and x of one dtype. */
   void (*bn_grad_moments)(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy,
                           double* sdyx);
   /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype (dy may be dx: in place). */
   void (*bn_grad_apply)(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c);
+  /*! \brief dst[0:n] = y > 0 ? dy : 0 (the gradient through a ReLU whose output is y); dy, y and dst of one dtype. */
+  void (*relu_mask)(int dtype, const void* dy, const void* y, void* dst, int64_t n);
   /*! \brief Mean and biased variance of x[0:n] (float32 or bfloat16), n > 0: a layer normalisation's row. */
   void (*row_moments)(int dtype, const void* x, int64_t n, float* mean, float* var);
   /*!

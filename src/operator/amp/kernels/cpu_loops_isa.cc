@@ -417,11 +417,29 @@ void bn_moments_loop(const void* x, int64_t n, float shift, double* s1, double* 
 }
 
 template <typename T>
-void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b) {
+void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b, bool relu) {
   const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
   typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
+  if (relu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = T::load(p[i]) * a + b;
+      q[i] = T::store(v > 0.f ? v : 0.f);
+    }
+    return;
+  }
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) q[i] = T::store(T::load(p[i]) * a + b);
+}
+
+template <typename T>
+void relu_mask_loop(const void* dy, const void* y, void* dst, int64_t n) {
+  const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
+  const typename T::storage* __restrict__ out = static_cast<const typename T::storage*>(y);
+  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(dst);
+  const typename T::storage zero = T::store(0.f);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) q[i] = T::load(out[i]) > 0.f ? g[i] : zero;
 }
 
 template <typename T>
@@ -457,11 +475,19 @@ void bn_moments(int dtype, const void* x, int64_t n, float shift, double* s1, do
   }
 }
 
-void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b) {
+void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b, bool relu) {
   switch (dtype) {
-    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b);
-    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b);
-    default: return bn_affine_loop<F32>(x, y, n, a, b);
+    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b, relu);
+    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b, relu);
+    default: return bn_affine_loop<F32>(x, y, n, a, b, relu);
+  }
+}
+
+void relu_mask(int dtype, const void* dy, const void* y, void* dst, int64_t n) {
+  switch (dtype) {
+    case kBfloat16: return relu_mask_loop<BF16>(dy, y, dst, n);
+    case kFloat16: return relu_mask_loop<F16>(dy, y, dst, n);
+    default: return relu_mask_loop<F32>(dy, y, dst, n);
   }
 }
 
@@ -644,9 +670,9 @@ void dropout_grad(int dtype, const void* dy, void* dx, const uint8_t* mask, int6
   return dropout_grad_loop<F32>(dy, dx, mask, begin, end, scale);
 }
 
-const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast,           unscale,       update,          bn_moments,
-                         bn_affine,        bn_grad_moments, bn_grad_apply, row_moments,     softmax_row,
-                         softmax_grad_row, dropout,         dropout_grad};
+const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast,           unscale,       update,    bn_moments,
+                         bn_affine,        bn_grad_moments, bn_grad_apply, relu_mask, row_moments,
+                         softmax_row,      softmax_grad_row, dropout,      dropout_grad};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)

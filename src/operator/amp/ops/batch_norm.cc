@@ -30,7 +30,6 @@
 #include "glue.h"
 #include "../kernels/batch_norm.h"
 #include "../kernels/team.h"
-#include "../kernels/tensor_math.h"
 
 namespace mxnet_amp {
 namespace {
@@ -186,8 +185,8 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   a.training = training(p, (*inputs)[kMode]);
   const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
   a.threads = team.threads();
+  a.relu = p.relu;
   cpu_batch_norm_forward(a);
-  if (p.relu) relu_mask(a.y, a.dtype, a.y, a.dtype, a.y, a.dtype, (*outputs)[0].size(), a.threads);
   return MX_SUCCESS;
 }
 
@@ -206,11 +205,8 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
   a.threads = team.threads();
   a.dy = in[0].data_ptr;
-  if (p.relu) {  // dy where the fused ReLU's output is positive, else 0: into dx, which backward then overwrites
-    const MXTensor& y = in[kOutputs + kInputs];
-    relu_mask(a.dx, a.dtype, in[0].data_ptr, a.dtype, y.data_ptr, a.dtype, x.size(), a.threads);
-    a.dy = a.dx;
-  }
+  a.y = in[kOutputs + kInputs].data_ptr;  // the forward's output: a fused ReLU masks dy by it
+  a.relu = p.relu;
   a.x = x.data_ptr;
   a.gamma = p.fix_gamma ? nullptr : static_cast<const float*>(in[kOutputs + kGamma].data_ptr);
   a.saved_mean = static_cast<const float*>(in[kOutputs + kInputs + 1].data_ptr);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "../kernels/convert.h"
+#include "../kernels/multi_tensor.h"
 
 namespace mxnet_amp {
 
@@ -108,9 +109,21 @@ void* scratch(Scratch* keep, int64_t floats) {
 void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
   if (static_cast<int>(t.dtype) == dtype) return t.data_ptr;
   void* out = scratch(keep, t.size());
-  const CallTeam team;
-  convert_into(out, dtype, t.data_ptr, static_cast<int>(t.dtype), t.size(), team.threads());
+  const CallTeam team;  // the cast loops of this CPU's instruction set (a weight per call: param_dtype)
+  const TensorRef from = {t.data_ptr, t.size(), static_cast<int>(t.dtype)}, to = {out, t.size(), dtype};
+  cpu_multi_tensor_cast(kDefaultChunkSize, &from, &to, 1);
   return out;
+}
+
+void* weight_in_dtype(const MXTensor& w, int dtype) {
+  if (static_cast<int>(w.dtype) == dtype) return w.data_ptr;
+  thread_local std::vector<char> buffer;
+  const size_t bytes = static_cast<size_t>(w.size()) * dtype_bytes(dtype);
+  if (buffer.size() < bytes) std::vector<char>(bytes).swap(buffer);
+  const CallTeam team;  // the cast loops of this CPU's instruction set
+  const TensorRef from = {w.data_ptr, w.size(), static_cast<int>(w.dtype)}, to = {buffer.data(), w.size(), dtype};
+  cpu_multi_tensor_cast(kDefaultChunkSize, &from, &to, 1);
+  return buffer.data();
 }
 
 void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep) {
