@@ -124,6 +124,79 @@ def test_fused_relu_matches_batch_norm_then_relu(dtype, train):
         np.testing.assert_array_equal(a, b, err_msg=name)  # the same arithmetic, in the same order
 
 
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_fused_residual_sum_matches_batch_norm_then_add(dtype, relu):
+    """with_sum=True: relu?(BatchNorm(x) + addend) in float32, rounded once; the addend's gradient is dy through the
+    ReLU. float32: the same values as the composition, bit for bit; bfloat16: within one rounding."""
+    addend = _RNG.uniform(-2, 2, X.shape).astype(np.float32)
+
+    def run(fused):
+        x, r = mx.nd.array(X), mx.nd.array(addend)
+        x, r = (mx.nd.amp_cast(x, dtype=BFLOAT16), mx.nd.amp_cast(r, dtype=BFLOAT16)) if dtype else (x, r)
+        g, b, m, v = (mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR))
+        for a in (x, r, g, b):
+            a.attach_grad()
+        with autograd.record():
+            mode = mx.nd.array([0.0])
+            attrs = dict({"act_type": "relu"} if relu else {}, with_sum=True) if fused else {}
+            if fused:
+                y = mx.nd.amp_batch_norm(x, g, b, m, v, mode, r, fix_gamma=False, **attrs)[0]
+            else:
+                y = mx.nd.amp_batch_norm(x, g, b, m, v, mode, fix_gamma=False)[0]
+                y = mx.nd.amp_cast(mx.nd.amp_cast(y, dtype="float32") + mx.nd.amp_cast(r, dtype="float32"),
+                                   dtype=y.dtype)
+                y = mx.nd.relu(y) if relu else y
+        head = mx.nd.array(DY)
+        y.backward(mx.nd.amp_cast(head, dtype=BFLOAT16) if dtype else head)
+        return [mx.nd.amp_cast(a, dtype="float32").asnumpy() for a in (y, x.grad, r.grad, g.grad, b.grad)]
+    fused, composed = run(True), run(False)
+    for name, a, b in zip(("y", "dx", "daddend", "dgamma", "dbeta"), fused, composed):
+        if dtype is None:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        else:  # the composition rounds the normalised data before the sum: one bfloat16 step apart at most
+            np.testing.assert_allclose(a, b, rtol=2 ** -7, atol=2 ** -7 * np.abs(b).max(), err_msg=name)
+    with pytest.raises(mx.base.MXNetError, match="the addend must have the data's shape"):
+        args = [mx.nd.array(X)] + [mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR)] + [mx.nd.ones((1,))]
+        mx.nd.amp_batch_norm(*args, mx.nd.ones((2, 5)), with_sum=True)[0].wait_to_read()
+
+
+@requires_onednn3_bf16
+def test_training_graphs_fuse_a_residual_block_tail_into_batch_norm(monkeypatch):
+    """conv -> BatchNorm -> + residual -> ReLU (a ResNet basic block's tail) becomes one amp_batch_norm with
+    with_sum and act_type: backward keeps the block's output only, and the outputs and gradients are those of the
+    same bfloat16 graph unfused, within the rounding the unfused graph adds (of the normalised data, before the sum).
+    Against float32 the bfloat16 graphs differ where an output near 0 flips the ReLU's mask."""
+    from mxnet.amp.graph import rewrite as rewrite_module
+    x = mx.sym.Convolution(mx.sym.var("data"), kernel=(1, 1), num_filter=5, name="stem")  # the block's input
+    h = mx.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=5, name="conv")
+    h = mx.sym.BatchNorm(h, fix_gamma=False, name="bn")
+    sym = mx.sym.Activation(h + x, act_type="relu", name="out")
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
+    nodes = json.loads(low.tojson())["nodes"]
+    bn = next(n for n in nodes if n["name"] == "bn")
+    assert (bn["op"], bn["attrs"]["with_sum"], bn["attrs"]["act_type"]) == ("amp_batch_norm", "True", "relu")
+    assert not {"elemwise_add", "_plus", "Activation"} & {n["op"] for n in nodes}
+    monkeypatch.setattr(rewrite_module, "fuse_sum", lambda graph, var_dtypes: graph)
+    monkeypatch.setattr(rewrite_module, "fuse_activation", lambda graph, training=False: graph)
+    unfused, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu")
+    assert {"elemwise_add", "Activation"} <= {n["op"] for n in json.loads(unfused.tojson())["nodes"]}
+    rng = np.random.RandomState(4)
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=(2, 5, 6, 6))
+    args = {k: bf16_round(rng.uniform(-1, 1, sh)) for k, sh in zip(sym.list_arguments(), arg_shapes)}
+    head, results = bf16_round(rng.uniform(-1, 1, (2, 5, 6, 6))), []
+    for graph in (unfused, low):
+        grads = {k: mx.nd.zeros(v.shape) for k, v in args.items()}
+        aux = {k: mx.nd.array(np.full(sh, 0.0 if "mean" in k else 1.0)) for k, sh in
+               zip(sym.list_auxiliary_states(), aux_shapes)}
+        exe = graph.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in args.items()}, args_grad=grads, aux_states=aux)
+        out = exe.forward(is_train=True)[0].asnumpy()
+        exe.backward(mx.nd.array(head))
+        results.append([out] + [grads[k].asnumpy() for k in sorted(grads)] + [aux[k].asnumpy() for k in sorted(aux)])
+    for name, ref, got in zip(["out"] + sorted(args) + sorted(sym.list_auxiliary_states()), *results):
+        np.testing.assert_allclose(got, ref, rtol=2 ** -7, atol=2 ** -7 * np.abs(ref).max(), err_msg=name)
+
+
 def test_statistics_must_be_float32_of_the_channels():
     args = [mx.nd.array(X)] + [mx.nd.array(a) for a in (GAMMA, BETA, MEAN)] + [mx.nd.ones((4,)), mx.nd.ones((1,))]
     with pytest.raises(mx.base.MXNetError, match=r"input 4 \(moving_var\) must have shape \(5,\)"):

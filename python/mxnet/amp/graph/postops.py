@@ -19,7 +19,7 @@ __all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs
 _ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu"})}
 _TRAINING_ACT_FUSING = {"amp_fully_connected": frozenset({"relu"}), "amp_convolution": frozenset({"relu"}),
                         "amp_batch_norm": frozenset({"relu"})}
-_SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected"})
+_SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected", "amp_batch_norm"})
 #: (op, act_type) of the activation nodes that fuse -> the library's act_type.
 _ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "relu",
                 ("LeakyReLU", "gelu"): "gelu", ("_npx_leaky_relu", "gelu"): "gelu"}
@@ -34,9 +34,10 @@ _SAME_SHAPE_SUMS = frozenset({"elemwise_add", "_Plus", "_plus", "_add"})
 
 
 def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
-    """A same-shape sum that is the sole reader of an ``amp_convolution`` or ``amp_fully_connected`` output becomes
-    the product's ``with_sum`` input (a oneDNN post-op: a ResNet block's or a transformer layer's residual add costs
-    no pass of its own; in training graphs backward keeps the sum only, not the product's output beside it). The other operand must have the product's output
+    """A same-shape sum that is the sole reader of an ``amp_convolution`` or ``amp_fully_connected`` output (or, in
+    training graphs, of an ``amp_batch_norm``'s first output) becomes the kernel's ``with_sum`` input (a oneDNN
+    post-op: a ResNet block's or a transformer layer's residual add costs no pass of its own; in training graphs
+    backward keeps the sum only, not the kernel's output beside it). The other operand must have the product's output
     dtype and be computed before it."""
     if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
         return graph
@@ -52,7 +53,8 @@ def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
             conv = fused.get(conv_entry[0], graph["nodes"][conv_entry[0]])
             attrs = conv.get("attrs", {})
             if (conv["op"] in _SUM_FUSING and "act_type" not in attrs and "with_sum" not in attrs
-                    and addend[0] < conv_entry[0] and uses[conv_entry] == 1 and conv_entry != addend
+                    and conv_entry[1] == 0 and addend[0] < conv_entry[0] and uses[conv_entry] == 1
+                    and conv_entry != addend
                     and dtypes.get(conv_entry) is not None and dtypes.get(conv_entry) == dtypes.get(addend)):
                 alias[(nid, 0)] = conv_entry
                 fused[conv_entry[0]] = dict(conv, attrs=dict(attrs, with_sum="True"),

@@ -5,11 +5,13 @@
  *
  * Backward, in training (N values per channel, xhat = (x - mean) * invstd):
  *   dbeta = sum(dy), dgamma = sum(dy * xhat), dx = gamma * invstd * (dy - dbeta / N - xhat * dgamma / N);
- * in inference the statistics are constants: dx = gamma * invstd * dy. A fused ReLU masks dy first (into dx).
+ * in inference the statistics are constants: dx = gamma * invstd * dy. A fused ReLU masks dy first; a fused
+ * residual sum's addend gets that gradient as it is.
  */
 #include "batch_norm.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "convert.h"
 #include "cpu_loops.h"
@@ -65,7 +67,7 @@ void cpu_batch_norm_forward(const BatchNormForward& a) {
     const float mul = static_cast<float>(scale), add = static_cast<float>(a.beta[c] - mean * scale);
     for (int64_t o = 0; o < s.outer; ++o) {
       l.bn_affine(a.dtype, run_at(a.x, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c), s.inner, mul, add,
-                  a.relu);
+                  a.addend != nullptr ? run_at(a.addend, a.dtype, s, o, c) : nullptr, a.relu);
     }
   }
 }
@@ -77,13 +79,21 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
 #pragma omp parallel for schedule(static) num_threads(a.threads)
   for (int64_t c = 0; c < s.channels; ++c) {
     const double mean = a.saved_mean[c], invstd = a.saved_invstd[c];
+    // The gradient reaching the normalisation: dy, where a fused ReLU's output is positive (else 0). It is also
+    // the addend's gradient: written there, or else into dx, which the last pass then overwrites in place.
     const void* dy = a.dy;
-    if (a.relu) {  // dy where the output is positive, else 0: into dx, which the last pass overwrites in place
+    if (a.relu || a.daddend != nullptr) {
+      void* g = a.daddend != nullptr ? a.daddend : a.dx;
       for (int64_t o = 0; o < s.outer; ++o) {
-        l.relu_mask(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c),
-                    run_at(a.dx, a.dtype, s, o, c), s.inner);
+        const int64_t bytes = s.inner * dtype_bytes(a.dtype);
+        if (a.relu) {
+          l.relu_mask(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c),
+                      run_at(g, a.dtype, s, o, c), s.inner);
+        } else {
+          std::memcpy(run_at(g, a.dtype, s, o, c), run_at(a.dy, a.dtype, s, o, c), bytes);
+        }
       }
-      dy = a.dx;
+      dy = g;
     }
     double sdy = 0.0, sdyx = 0.0;  // sum(dy), sum(dy * (x - mean))
     for (int64_t o = 0; o < s.outer; ++o) {

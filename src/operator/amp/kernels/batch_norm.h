@@ -29,9 +29,10 @@ struct BatchNormForward {
   float* moving_var;
   float* saved_mean;            /*!< [channels]: the mean used (batch or moving) */
   float* saved_invstd;          /*!< [channels]: 1 / sqrt(variance used + eps) */
+  const void* addend;           /*!< nullptr, or a tensor of x's dtype and shape added to the normalised data */
   float eps, momentum;
   bool training;
-  bool relu;                    /*!< y = max(0, normalised): a fused ReLU */
+  bool relu;                    /*!< y = max(0, normalised (+ addend)): a fused ReLU */
   int threads;                  /*!< OpenMP team */
 };
 
@@ -42,13 +43,15 @@ struct BatchNormBackward {
   const void* x;
   const void* y;                /*!< the forward's output, read where relu */
   void* dx;
+  void* daddend;                /*!< nullptr, or the addend's gradient: dy (masked where relu) */
   const float* gamma;           /*!< nullptr: a scale of 1 (fix_gamma: dgamma is 0) */
   const float* saved_mean;
   const float* saved_invstd;
   float* dgamma;
   float* dbeta;
   bool training;                /*!< whether the forward used the batch's statistics */
-  bool relu;                    /*!< the forward fused a ReLU: dy counts where y > 0 (masked into dx first) */
+  bool relu;                    /*!< the forward fused a ReLU: dy counts where y > 0 (masked first, into daddend
+                                     or else dx) */
   int threads;
 };
 

@@ -31,8 +31,11 @@ struct CpuLoops {
    *        sum((x - shift)^2) to *s2 (float32 within the run, then float64).
    */
   void (*bn_moments)(int dtype, const void* x, int64_t n, float shift, double* s1, double* s2);
-  /*! \brief y[0:n] = x * a + b (relu: max(0, x * a + b)), x and y of one dtype (float32 math, one rounding). */
-  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b, bool relu);
+  /*!
+   * \brief y[0:n] = x * a + b (+ addend where not null; relu: max(0, that)), x, y and addend of one dtype (float32
+   *        math, one rounding).
+   */
+  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu);
   /*! \brief Adds sum(dy) to *sdy and sum(dy * (x - shift)) to *sdyx; dy and x of one dtype. */
   void (*bn_grad_moments)(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy,
                           double* sdyx);

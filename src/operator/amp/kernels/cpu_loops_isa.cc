@@ -416,20 +416,26 @@ void bn_moments_loop(const void* x, int64_t n, float shift, double* s1, double* 
   *s2 += b;
 }
 
-template <typename T>
-void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b, bool relu) {
+template <typename T, bool kAddend, bool kRelu>
+void bn_affine_run(const void* x, void* y, int64_t n, float a, float b, const void* addend) {
   const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
+  const typename T::storage* __restrict__ r = static_cast<const typename T::storage*>(addend);
   typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
-  if (relu) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = T::load(p[i]) * a + b;
-      q[i] = T::store(v > 0.f ? v : 0.f);
-    }
-    return;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = kAddend ? T::load(p[i]) * a + b + T::load(r[i]) : T::load(p[i]) * a + b;
+    q[i] = T::store(kRelu ? (v > 0.f ? v : 0.f) : v);
   }
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) q[i] = T::store(T::load(p[i]) * a + b);
+}
+
+template <typename T>
+void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu) {
+  if (addend != nullptr) {
+    return relu ? bn_affine_run<T, true, true>(x, y, n, a, b, addend)
+                : bn_affine_run<T, true, false>(x, y, n, a, b, addend);
+  }
+  return relu ? bn_affine_run<T, false, true>(x, y, n, a, b, nullptr)
+              : bn_affine_run<T, false, false>(x, y, n, a, b, nullptr);
 }
 
 template <typename T>
@@ -475,11 +481,11 @@ void bn_moments(int dtype, const void* x, int64_t n, float shift, double* s1, do
   }
 }
 
-void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b, bool relu) {
+void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu) {
   switch (dtype) {
-    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b, relu);
-    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b, relu);
-    default: return bn_affine_loop<F32>(x, y, n, a, b, relu);
+    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b, addend, relu);
+    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b, addend, relu);
+    default: return bn_affine_loop<F32>(x, y, n, a, b, addend, relu);
   }
 }
 

@@ -7,7 +7,9 @@
  * Attributes are BatchNorm's: eps (1e-3), momentum (0.9), fix_gamma (True), use_global_stats (False), axis (1);
  * output_mean_var must be False; cudnn_off and the calibration ranges are accepted and ignored. act_type="relu"
  * applies a ReLU to the output (training graphs fuse the ReLU that follows: backward then keeps one activation,
- * not the normalised data beside the ReLU's output; the gradient masks dy where the output is 0).
+ * not the normalised data beside the ReLU's output; the gradient masks dy where the output is 0). with_sum=True
+ * takes one more input after the mode, the addend (the data's dtype and shape), added before the ReLU (a ResNet
+ * block's residual sum; its gradient is dy through the ReLU).
  * Inputs: data, gamma, beta, moving_mean, moving_var (mutated: auxiliary states, as BatchNorm's) and mode, a
  * float32 (1,) tensor that says whether MXNet runs the graph for training: lib_api tells an extension op
  * nothing about it, so the graph rewriter feeds the output of Dropout(p=0.5) on a (1,) tensor of ones, which
@@ -16,8 +18,8 @@
  * unless use_global_stats.
  * Outputs: the normalised data (the data's dtype), and the mean and 1 / sqrt(variance + eps) used (float32,
  * (channels,)), which the backward reads.
- * Backward: inputs [dy, dmean, dinvstd, the 6 inputs, the 3 outputs], outputs [dx, dgamma, dbeta, then zeros for
- * the statistics and the mode].
+ * Backward: inputs [dy, dmean, dinvstd, the 6 (7) inputs, the 3 outputs], outputs [dx, dgamma, dbeta, then zeros
+ * for the statistics and the mode, and the addend's gradient].
  * Threads: each call's OpenMP team is the cores divided among the library calls running (kernels/team.h, as the
  * oneDNN 3 kernels').
  */
@@ -41,8 +43,10 @@ constexpr const char* kRoles[kInputs] = {"data", "gamma", "beta", "moving_mean",
 
 struct BatchNormParams {
   float eps = 1e-3f, momentum = 0.9f;
-  bool fix_gamma = true, use_global_stats = false, relu = false;
+  bool fix_gamma = true, use_global_stats = false, relu = false, with_sum = false;
   long axis = 1;
+
+  int num_inputs() const { return kInputs + with_sum; }
 };
 
 bool parse_bn(const Attrs& attrs, BatchNormParams* p) {
@@ -51,7 +55,8 @@ bool parse_bn(const Attrs& attrs, BatchNormParams* p) {
       !parse_float(kBatchNorm, attrs, "momentum", 0.9f, &p->momentum) ||
       !parse_bool(kBatchNorm, attrs, "fix_gamma", true, &p->fix_gamma) ||
       !parse_bool(kBatchNorm, attrs, "use_global_stats", false, &p->use_global_stats) ||
-      !parse_bool(kBatchNorm, attrs, "output_mean_var", false, &output_mean_var)) {
+      !parse_bool(kBatchNorm, attrs, "output_mean_var", false, &output_mean_var) ||
+      !parse_bool(kBatchNorm, attrs, "with_sum", false, &p->with_sum)) {
     return false;
   }
   const auto act = attrs.find("act_type");
@@ -101,7 +106,7 @@ bool bn_shape(const BatchNormParams& p, const std::vector<int64_t>& dims, BatchN
 MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
   BatchNormParams p;
   if (!parse_bn(attrs, &p)) return MX_FAIL;
-  *num_in = kInputs;
+  *num_in = p.num_inputs();
   *num_out = kOutputs;
   return MX_SUCCESS;
 }
@@ -112,6 +117,8 @@ MXReturnValue mutate_inputs(const Attrs& attrs, std::vector<int>* indices) {
 }
 
 MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  BatchNormParams p;
+  if (!parse_bn(attrs, &p)) return MX_FAIL;
   int& data = (*in)[kData];
   if (data == -1) data = kFloat32;
   if (data != kFloat32 && data != kFloat16 && data != kBfloat16) {
@@ -124,6 +131,15 @@ MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<i
     if (t != kFloat32) {
       MX_ERROR_MSG << kBatchNorm << ": input " << i << " (" << kRoles[i] << ") must be float32 (got "
                    << dtype_name(t) << ")";
+      return MX_FAIL;
+    }
+  }
+  if (p.with_sum) {
+    int& addend = in->back();
+    if (addend == -1) addend = data;
+    if (addend != data) {
+      MX_ERROR_MSG << kBatchNorm << ": the addend has dtype " << dtype_name(addend) << "; it must have the data's, "
+                   << dtype_name(data);
       return MX_FAIL;
     }
   }
@@ -147,6 +163,14 @@ MXReturnValue infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
       MX_ERROR_MSG << kBatchNorm << ": input " << i << " (" << kRoles[i] << ") must have shape (" << want[0]
                    << ",) for data of " << s.channels << " channels on axis " << p.axis << " (got "
                    << got.size() << " dimensions)";
+      return MX_FAIL;
+    }
+  }
+  if (p.with_sum) {
+    std::vector<unsigned int>& addend = in->back();
+    if (addend.empty()) addend = (*in)[kData];
+    if (addend != (*in)[kData]) {
+      MX_ERROR_MSG << kBatchNorm << ": the addend must have the data's shape";
       return MX_FAIL;
     }
   }
@@ -185,6 +209,7 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   a.training = training(p, (*inputs)[kMode]);
   const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
   a.threads = team.threads();
+  a.addend = p.with_sum ? inputs->back().data_ptr : nullptr;
   a.relu = p.relu;
   cpu_batch_norm_forward(a);
   return MX_SUCCESS;
@@ -197,7 +222,7 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   const std::vector<MXTensor>& in = *inputs;
   const MXTensor& x = in[kOutputs + kData];
   if (!parse_bn(attrs, &p) || !check_cpu(in) || !bn_shape(p, x.shape, &a.shape)) return MX_FAIL;
-  for (size_t i = 3; i < outputs->size(); ++i) {  // the statistics and the mode get no gradient
+  for (int i = kMovingMean; i < kInputs; ++i) {  // the statistics and the mode get no gradient
     std::memset((*outputs)[i].data_ptr, 0, (*outputs)[i].size() * sizeof(float));
   }
   a.dtype = static_cast<int>(x.dtype);
@@ -205,12 +230,13 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   const CallTeam team;  // the cores divided among the library calls running (kernels/team.h)
   a.threads = team.threads();
   a.dy = in[0].data_ptr;
-  a.y = in[kOutputs + kInputs].data_ptr;  // the forward's output: a fused ReLU masks dy by it
+  a.y = in[kOutputs + p.num_inputs()].data_ptr;  // the forward's output: a fused ReLU masks dy by it
+  a.daddend = p.with_sum ? outputs->back().data_ptr : nullptr;
   a.relu = p.relu;
   a.x = x.data_ptr;
   a.gamma = p.fix_gamma ? nullptr : static_cast<const float*>(in[kOutputs + kGamma].data_ptr);
-  a.saved_mean = static_cast<const float*>(in[kOutputs + kInputs + 1].data_ptr);
-  a.saved_invstd = static_cast<const float*>(in[kOutputs + kInputs + 2].data_ptr);
+  a.saved_mean = static_cast<const float*>(in[kOutputs + p.num_inputs() + 1].data_ptr);
+  a.saved_invstd = static_cast<const float*>(in[kOutputs + p.num_inputs() + 2].data_ptr);
   a.dgamma = (*outputs)[kGamma].data<float>();
   a.dbeta = (*outputs)[kBeta].data<float>();
   a.training = training(p, in[kOutputs + kMode]);
