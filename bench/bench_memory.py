@@ -108,7 +108,9 @@ def _mxnet_step(workload, config):
     trainer = gluon.Trainer(net.collect_params(), optimizer, options)
     if config == "ours-bf16w":  # bf16-true weights (init_trainer(weights="bfloat16")) need known shapes
         net.infer_shape(x)
-    if config != "fp32":
+    if config == "contrib":
+        peer.init_trainer(trainer)
+    elif config != "fp32":
         peer.init_trainer(trainer, weights="bfloat16" if config == "ours-bf16w" else "float32")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mx.nd.waitall()  # the initialisers run on the engine: the "build" phase includes them
