@@ -448,6 +448,11 @@ def test_stochastic_rounding_allocates_no_compensation(bf16_amp):
     _train(net, trainer, 3)
     assert bf16.compensation == {} and trainer._params[bf16.indices[0]].data().dtype == BFLOAT16
     assert all(s.dtype == BFLOAT16 for i in bf16.indices for s in trainer._updaters[0].states[i])
+    w = {i: f32(trainer._params[i].data()) for i in bf16.indices}
+    amp.reset()  # float32 parameters holding w
+    for i, value in w.items():
+        np.testing.assert_array_equal(trainer._params[i].data().asnumpy(), value)
+    amp.init("bfloat16")  # the fixture's reset needs an init to undo
 
 
 def test_stochastic_rounding_is_reproducible_and_draws_anew_each_step(bf16_amp):

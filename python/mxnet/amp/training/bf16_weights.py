@@ -21,9 +21,10 @@ a parameter's update is a hash of a base seed (drawn from MXNet's random state, 
 reproducible; kept in checkpoints), the parameter's index and its update count: each step, parameter and element
 draws anew, every device alike.
 
-Turning the mode on casts each chosen parameter's float32 value ``v`` to ``w = bf16(v)``, ``c = bf16(v - w)``;
-turning it off (``init_trainer(trainer, weights="float32")`` or ``amp.reset()``) gives back float32 parameters
-holding ``w + c``, with float32 states. Compiled blocks reading the parameters rebuild their CachedOp.
+Turning the mode on casts each chosen parameter's float32 value ``v`` to ``w = bf16(v)``, ``c = bf16(v - w)``
+(stochastic rounding: ``w`` only, rounded to nearest); turning it off (``init_trainer(trainer, weights="float32")``
+or ``amp.reset()``) gives back float32 parameters holding ``w + c`` (``w``), with float32 states; changing the
+rounding goes through float32. Compiled blocks reading the parameters rebuild their CachedOp.
 """
 import base64
 import gc
