@@ -11,6 +11,8 @@ initial weights and batch order:
 - ``amp_bf16``: ``amp.init('bfloat16')``, float32 weights (the default of ``init_trainer``);
 - ``bf16w_kahan``: ``amp.init('bfloat16')`` and ``init_trainer(trainer, weights='bfloat16')``: weights, gradients
   and optimizer states in bfloat16 with the Kahan compensation;
+- ``bf16w_sr``: ``init_trainer(trainer, weights='bfloat16', rounding='stochastic')``: the same storage,
+  stochastically rounded weights and optimizer states, no compensation;
 - ``bf16w_round``: the same storage, compensation off (``bf16_weights.use_plain_rounding``): the control.
 
 The table gives the final loss (mean of the last 20 steps), the test accuracy and the largest relative
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ("fp32", "amp_bf16", "bf16w_kahan", "bf16w_round")
+CONFIGS = ("fp32", "amp_bf16", "bf16w_kahan", "bf16w_sr", "bf16w_round")
 SMOOTH = 20
 NOISE = 0.1  # fraction of flipped training labels
 
@@ -84,7 +86,8 @@ def _child(config, args):
     net.hybridize(static_alloc=True)
     net(mx.nd.array(x[:args.batch]))
     trainer = gluon.Trainer(net.collect_params(), "adamw", {"learning_rate": args.lr, "wd": 0.01})
-    amp.init_trainer(trainer, weights="bfloat16" if config.startswith("bf16w") else "float32")
+    amp.init_trainer(trainer, weights="bfloat16" if config.startswith("bf16w") else "float32",
+                     rounding="stochastic" if config == "bf16w_sr" else "kahan")
     if config == "bf16w_round":
         use_plain_rounding(trainer)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -125,11 +128,11 @@ def _plot(results, path, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    styles = {"fp32": "-", "amp_bf16": "--", "bf16w_kahan": ":", "bf16w_round": "-"}
+    styles = {"fp32": "-", "amp_bf16": "--", "bf16w_kahan": ":", "bf16w_sr": "-.", "bf16w_round": "-"}
     for config, res in results.items():
         if "losses" in res:
             ax.plot(range(SMOOTH, len(res["losses"]) + 1), _smooth(res["losses"]), styles.get(config, "-"),
-                    label=config, linewidth=2 if config == "bf16w_kahan" else 1.2)
+                    label=config, linewidth=2 if config in ("bf16w_kahan", "bf16w_sr") else 1.2)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (moving mean of %d)" % SMOOTH)
     ax.set_title("encoder %dx%d, AdamW lr %g: bf16-true weights vs float32" % (args.layers, args.units, args.lr))

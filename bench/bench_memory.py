@@ -32,9 +32,11 @@ this project. MXNet 1.9.1 has no CPU memory-pool statistics (its CPU storage han
 malloc), so RSS is the measure.
 
     python bench/bench_memory.py [--workloads resnet18-32,resnet18-128,encoder] [--steps 5]
-        [--configs fp32,contrib,ours,ours-bf16w,torch-fp32,torch-autocast] [--torch-python PATH] [--stand-in a|b|c]
+        [--configs fp32,contrib,ours,ours-bf16w,ours-bf16w-sr,torch-fp32,torch-autocast] [--torch-python PATH]
+        [--stand-in a|b|c]
 
-``ours-bf16w``: ``mxnet.amp`` with bf16-true weights (``init_trainer(trainer, weights="bfloat16")``).
+``ours-bf16w``: ``mxnet.amp`` with bf16-true weights (``init_trainer(trainer, weights="bfloat16")``, Kahan);
+``ours-bf16w-sr``: the same with stochastic rounding (``rounding="stochastic"``), no compensation buffers.
 """
 import argparse
 import json
@@ -46,7 +48,7 @@ from bench_train_step import build, torch_missing, torch_step  # noqa: E402
 from timing import add_stand_in, apply_stand_in, child_json, cpu_banner  # noqa: E402
 
 WORKLOADS = ("resnet18-32", "resnet18-128", "encoder")
-CONFIGS = ("fp32", "contrib", "ours", "ours-bf16w", "torch-fp32", "torch-autocast")
+CONFIGS = ("fp32", "contrib", "ours", "ours-bf16w", "ours-bf16w-sr", "torch-fp32", "torch-autocast")
 PHASES = ("build", "forward", "backward", "step", "steady")
 ENCODER_BATCH = 8
 
@@ -106,12 +108,13 @@ def _mxnet_step(workload, config):
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(net.collect_params(), optimizer, options)
-    if config == "ours-bf16w":  # bf16-true weights (init_trainer(weights="bfloat16")) need known shapes
+    if config.startswith("ours-bf16w"):  # bf16-true weights (init_trainer(weights="bfloat16")) need known shapes
         net.infer_shape(x)
-    if config == "contrib":
+        peer.init_trainer(trainer, weights="bfloat16", rounding="stochastic" if config.endswith("-sr") else "kahan")
+    elif config == "contrib":
         peer.init_trainer(trainer)
     elif config != "fp32":
-        peer.init_trainer(trainer, weights="bfloat16" if config == "ours-bf16w" else "float32")
+        peer.init_trainer(trainer, weights="float32")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mx.nd.waitall()  # the initialisers run on the engine: the "build" phase includes them
 
@@ -207,7 +210,7 @@ def _print_phases(workload, results):
 def _check(workload, results):
     """One line per mxnet.amp configuration: its over-base ratio against PyTorch autocast's, where both ran."""
     theirs = results.get("torch-autocast")
-    for config in ("ours", "ours-bf16w"):
+    for config in ("ours", "ours-bf16w", "ours-bf16w-sr"):
         ours = results.get(config)
         if not ours or not theirs or "error" in ours or "error" in theirs:
             continue

@@ -206,7 +206,7 @@ class Mutator:
         elif choice == 3:
             header["format"] = "mxnet.amp.trainer_state"
         elif choice == 4:
-            amp_section["version"] = self.pick([0, 1, 3, None])  # 1 lacks "weights"; 3 does not exist
+            amp_section["version"] = self.pick([0, 1, 4, None])  # 1 lacks "weights"; 4 does not exist
         elif choice == 5:
             del amp_section[self.pick(sorted(amp_section))]
         elif choice == 6:

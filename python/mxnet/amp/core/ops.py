@@ -19,8 +19,9 @@ __all__ = ["UPDATE_RULES", "multi_cast", "widest_cast", "unscale_and_check", "mu
 #: Update rules of :func:`multi_update`, with the float32 states each parameter carries.
 UPDATE_RULES = {"sgd": (), "sgd_mom": ("momentum",), "adam": ("mean", "var"), "adamw": ("mean", "var")}
 
-#: How :func:`multi_update` stores bf16-true weights: not at all, with Kahan compensation, rounded plainly.
-_BF16_WEIGHT_UPDATES = ("off", "kahan", "round")
+#: How :func:`multi_update` stores bf16-true weights: not at all, with Kahan compensation, rounded plainly,
+#: rounded stochastically.
+_BF16_WEIGHT_UPDATES = ("off", "kahan", "round", "stochastic")
 
 _ND = mx.nd.NDArray
 _NP = mx.np.ndarray
@@ -197,12 +198,23 @@ def _floats(values):
     return ",".join(repr(float(v)) for v in values)
 
 
+def _seed_list(bf16_weights, seeds):
+    """``seeds`` as a list of unsigned 64-bit ints; ValueError unless given exactly with ``'stochastic'``."""
+    if (seeds is None) != (bf16_weights != "stochastic"):
+        raise ValueError("multi_update: seeds are needed with bf16_weights='stochastic' and only then (got "
+                         "bf16_weights=%r, seeds=%r)" % (bf16_weights, seeds))
+    values = [int(seed) for seed in seeds]
+    if not all(0 <= seed < 2 ** 64 for seed in values):
+        raise ValueError("multi_update: seeds must be unsigned 64-bit integers, got %r" % (seeds,))
+    return values
+
+
 def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: mx.nd.NDArray,
                  scaler_state: mx.nd.NDArray, lrs: Sequence[float], wds: Sequence[float],
                  etas: Optional[Sequence[float]] = None, rescale_grad: float = 1.0,
                  clip_gradient: Optional[float] = None, momentum: float = 0.0, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, multi_precision: bool = False,
-                 bf16_weights: str = "off") -> mx.nd.NDArray:
+                 bf16_weights: str = "off", seeds: Optional[Sequence[int]] = None) -> mx.nd.NDArray:
     """One fused optimizer step over many parameters, skipped on the device when ``flag`` is 0.
 
     Parameters
@@ -225,11 +237,15 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
         AdamW only: per-parameter schedule multipliers (MXNet's ``eta``).
     rescale_grad, clip_gradient, momentum, beta1, beta2, epsilon : float
         As MXNet's optimizers take them; ``clip_gradient`` None or 0 turns clipping off, as in MXNet.
-    bf16_weights : {'off', 'kahan', 'round'}, optional
+    bf16_weights : {'off', 'kahan', 'round', 'stochastic'}, optional
         bf16-true weights (CPU only): every weight, grad and state is bfloat16, the update runs in float32 and
         its result is stored in bfloat16 with a Kahan compensation (``'kahan'``: a bfloat16 ``compensation``
-        array follows the states in each tuple) or plainly rounded (``'round'``, the drifting control). Not
-        with ``multi_precision``.
+        array follows the states in each tuple), rounded to nearest (``'round'``, the drifting control) or
+        rounded stochastically (``'stochastic'``: weights and states, unbiased, random bits from ``seeds``).
+        Not with ``multi_precision``.
+    seeds : sequence of int, optional
+        ``'stochastic'`` only (and then required): one unsigned 64-bit seed per parameter. Element ``i`` of a
+        parameter draws its random bits from ``(seed, i)`` alone: the same seed rounds the same way.
 
     Returns
     -------
@@ -239,7 +255,8 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     Raises
     ------
     ValueError
-        Unknown rule, no parameters, a tuple of the wrong length, or a lrs/wds/etas length mismatch.
+        Unknown rule, no parameters, a tuple of the wrong length, a lrs/wds/etas/seeds length mismatch, or
+        ``seeds`` missing with ``'stochastic'`` (or given without it).
     """
     if rule not in UPDATE_RULES:
         raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
@@ -259,11 +276,14 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     lists = {"lrs": list(lrs), "wds": list(wds)}
     if rule == "adamw":
         lists["etas"] = list(etas) if etas is not None else []
+    if seeds is not None or bf16_weights == "stochastic":
+        lists["seeds"] = _seed_list(bf16_weights, seeds)
     for key, values in lists.items():
         if len(values) != len(params):
             raise ValueError("multi_update: %s has %d values for %d parameters" % (key, len(values), len(params)))
     arrays = [array for group in params for array in group] + [flag, scaler_state]
-    attrs = {key: _floats(values) for key, values in lists.items()}
+    attrs = {key: (_floats(values) if key != "seeds" else ",".join(map(str, values)))
+             for key, values in lists.items()}
     return _invoke("amp_multi_update", "multi_update", arrays, rule=rule, multi_precision=bool(multi_precision),
                    rescale_grad=repr(float(rescale_grad)), clip_gradient=repr(float(clip_gradient or -1.0)),
                    momentum=repr(float(momentum)), beta1=repr(float(beta1)), beta2=repr(float(beta2)),

@@ -10,8 +10,9 @@ kvstore) loads an AMP file unchanged and never sees the AMP section. The AMP JSO
 
     {"format": "mxnet.amp.trainer_states", "version": 1,
      "optimizer_bytes": <int>, "optimizer_crc32": <int>,
-     "amp": {"version": 2, "target_dtype": "float16" | "bfloat16" | null, "loss_scaler": {...},
-             "weights": {"dtype": "float32" | "bfloat16", "compensation": {...}}}}
+     "amp": {"version": 3, "target_dtype": "float16" | "bfloat16" | null, "loss_scaler": {...},
+             "weights": {"dtype": "float32" | "bfloat16", "rounding": null | "kahan" | "stochastic",
+                         "seed": null | <int>, "compensation": {...}}}}
 
 so the AMP state lives in its own namespaced, versioned section and is never mixed into the optimizer's
 fields. Both parts carry a CRC-32, so a truncated or corrupted file is detected. A file without the trailer
@@ -33,9 +34,10 @@ __all__ = ["MAGIC", "AMP_SECTION_VERSION", "pack", "unpack", "read", "read_file"
 #: Last bytes of every file written by an AMP trainer.
 MAGIC = b"\x00MXNET.AMP.STATES\x00"
 FORMAT_VERSION = 1
-AMP_SECTION_VERSION = 2
-#: The AMP section versions this reader accepts (1: written before bf16-true weights, no "weights" entry).
-READABLE_SECTION_VERSIONS = (1, 2)
+AMP_SECTION_VERSION = 3
+#: The AMP section versions this reader accepts (1: written before bf16-true weights, no "weights" entry; 2: before
+#: stochastic rounding, "weights" without "rounding" and "seed").
+READABLE_SECTION_VERSIONS = (1, 2, 3)
 _FORMAT_NAME = "mxnet.amp.trainer_states"
 _TRAILER = struct.Struct("<QI")  # JSON length, JSON crc32
 

@@ -143,7 +143,8 @@ class FusedUpdater:
     rule : str
         From :func:`fused_rule`.
     bf16_weights : Bf16Weights, optional
-        The trainer's bf16-true parameters (:mod:`.bf16_weights`), updated with their compensation.
+        The trainer's bf16-true parameters (:mod:`.bf16_weights`), updated with their compensation (or rounded
+        stochastically, with seeds from their update counts).
     """
 
     def __init__(self, trainer, rule, bf16_weights=None):
@@ -219,6 +220,8 @@ class FusedUpdater:
         if mode == "kahan":
             arrays = [group + (self.bf16_weights.compensation_of(index, device),)
                       for group, (index, _, _) in zip(arrays, members)]
+        seeds = (self.bf16_weights.update_seeds(indices, [optimizer._index_update_count[i] for i in indices])
+                 if mode == "stochastic" else None)
         if flag.context != ctx:
             flag, scaler_state = flag.as_in_context(ctx), scaler_state.as_in_context(ctx)
         return ops.multi_update(self.rule, arrays, flag, scaler_state, lrs, wds, etas,
@@ -226,7 +229,7 @@ class FusedUpdater:
                                 momentum=getattr(optimizer, "momentum", 0.0),
                                 beta1=getattr(optimizer, "beta1", 0.9), beta2=getattr(optimizer, "beta2", 0.999),
                                 epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master,
-                                bf16_weights=mode)
+                                bf16_weights=mode, seeds=seeds)
 
     def _states(self, state, master):
         """The state arrays of one parameter in ``amp_multi_update`` order (master weights last)."""

@@ -134,8 +134,10 @@ def _install_states(trainer: Trainer, loaded: updater_states.UpdaterStates) -> N
     trainer._optimizer.param_dict = dict(enumerate(trainer._params))
 
 
-#: The keys of an AMP section, by version (version 1, before bf16-true weights, had no "weights").
-SECTION_KEYS = {1: {"version", "target_dtype", "loss_scaler"}, 2: {"version", "target_dtype", "loss_scaler", "weights"}}
+#: The keys of an AMP section, by version (version 1, before bf16-true weights, had no "weights"; version 2's
+#: "weights" had no "rounding" and "seed", see bf16_weights.prepare_weights_state).
+SECTION_KEYS = {1: {"version", "target_dtype", "loss_scaler"}, 2: {"version", "target_dtype", "loss_scaler", "weights"},
+                3: {"version", "target_dtype", "loss_scaler", "weights"}}
 
 
 def _section_scaler(section, source):
@@ -146,7 +148,7 @@ def _section_scaler(section, source):
                          % (version, source, ", ".join(map(str, sorted(SECTION_KEYS)))))
     if not isinstance(section, dict) or set(section) != SECTION_KEYS[version]:
         raise ValueError("invalid AMP state in %s: expected keys %r, got %r"
-                         % (source, sorted(SECTION_KEYS[version] if isinstance(section, dict) else SECTION_KEYS[2]),
+                         % (source, sorted(SECTION_KEYS[version] if isinstance(section, dict) else SECTION_KEYS[3]),
                             sorted(section) if isinstance(section, dict) else section))
     candidate = LossScaler()
     try:
@@ -164,8 +166,8 @@ def _prepare_amp_section(trainer, section, source):
                      "keeping the current loss scaler (scale %g)", source, amp_state.scaler.scale)
         return lambda: None
     candidate = _section_scaler(section, source)
-    apply_weights = (prepare_weights_state(trainer, section["weights"], source) if "weights" in section
-                     else lambda: None)
+    apply_weights = (prepare_weights_state(trainer, section["weights"], source, section["version"])
+                     if "weights" in section else lambda: None)
     if section["target_dtype"] != amp_state.target_dtype:
         _LOG.warning("AMP: %s was written for target dtype %r but this trainer runs %r; its loss scaler state "
                      "is dropped and the current one (scale %g) kept", source, section["target_dtype"],
@@ -184,10 +186,11 @@ def state_dict(trainer: Any) -> Dict[str, Any]:
     Returns
     -------
     dict
-        ``{"version": 2, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict(),
-        "weights": {"dtype": "float32" or "bfloat16", "compensation": {...}}}`` (the weight mode of
-        ``init_trainer`` and, in bfloat16 mode, the Kahan compensation of each bf16-true parameter, base64).
-        Version 1 (no ``"weights"``: float32) still loads.
+        ``{"version": 3, "target_dtype": str or None, "loss_scaler": LossScaler.state_dict(),
+        "weights": {"dtype": "float32" or "bfloat16", "rounding": None, "kahan" or "stochastic", "seed": int or
+        None, "compensation": {...}}}`` (the weight mode of ``init_trainer`` and, in bfloat16 mode, its rounding
+        with the Kahan compensation of each bf16-true parameter, base64, or stochastic rounding's base seed).
+        Versions 1 (no ``"weights"``: float32) and 2 (no ``"rounding"`` and ``"seed"``: Kahan) still load.
     """
     amp_state = state_of(trainer)
     return {"version": checkpoint.AMP_SECTION_VERSION, "target_dtype": amp_state.target_dtype,

@@ -58,7 +58,7 @@ WRAPPED = {"step": step.step, "update": step.update, "allreduce_grads": step.all
 
 
 def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossScaler] = None,
-                 fused: bool = True, weights: str = "float32") -> LossScaler:
+                 fused: bool = True, weights: str = "float32", rounding: str = "kahan") -> LossScaler:
     """Attach loss scaling to one ``gluon.Trainer`` instance (or ``mx.optimizer.Optimizer``: Module API).
 
     Parameters
@@ -80,6 +80,11 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         gradients and optimizer states become bfloat16, with a bfloat16 Kahan compensation per weight (see
         :mod:`mxnet.amp.training.bf16_weights`); biases and norm parameters stay float32. Calling again with the
         other mode converts; ``amp.reset()`` returns to float32.
+    rounding : {'kahan', 'stochastic'}, optional
+        How bf16-true weights (only) keep tiny updates: ``'kahan'`` (default), a bfloat16 Kahan compensation per
+        weight (2 bytes each); ``'stochastic'``, unbiased stochastic rounding of weights and optimizer states, no
+        buffer (seeds from MXNet's random state: ``mx.random.seed`` makes runs reproducible). Calling again with
+        the other rounding converts.
 
     Returns
     -------
@@ -94,7 +99,8 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
     ValueError
         Sparse parameters, an async kvstore, or ``update_on_kvstore=True`` with a distributed kvstore: setups
         where a skipped step cannot leave every worker's parameters and optimizer states unchanged. A ``weights``
-        mode that is unknown or cannot run here (the message says why).
+        mode or ``rounding`` that is unknown or cannot run here, or ``rounding='stochastic'`` with float32
+        weights (the message says why).
 
     Example
     -------
@@ -110,7 +116,7 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
         raise TypeError("loss_scaler must be an amp.LossScaler or None, got %s" % type(loss_scaler).__name__)
     if not isinstance(fused, bool):
         raise TypeError("fused must be True or False, got %r" % (fused,))
-    if check_mode(weights) != "float32" and isinstance(trainer, Optimizer):
+    if check_mode(weights, rounding) != "float32" and isinstance(trainer, Optimizer):
         raise ValueError("init_trainer: weights=%r needs a gluon.Trainer (the Module API keeps float32)" % weights)
     if isinstance(trainer, Optimizer):
         current = attached(trainer)
@@ -119,13 +125,18 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
     if not isinstance(trainer, Trainer):
         raise TypeError("init_trainer expects a gluon.Trainer or an mx.optimizer.Optimizer, got %s"
                         % type(trainer).__name__)
+    return _attach(trainer, loss_scaler, fused, weights, rounding)
+
+
+def _attach(trainer, loss_scaler, fused, weights, rounding):
+    """:func:`init_trainer` for a ``gluon.Trainer`` (arguments checked); returns the scaler attached."""
     check_kvstore_config(trainer)
     amp_state = attached(trainer)
     if amp_state is None:
         dtype = training_dtype()
         amp_state = AmpState(loss_scaler or LossScaler.default_for(dtype), dtype, fused)
         amp_state.rules = RuleCache()  # fused_rule, recomputed only when the optimizer or parameter arrays change
-        _set_weights(trainer, amp_state, weights)
+        _set_weights(trainer, amp_state, weights, rounding)
         amp_state.grads = step.initial_grad_buffers(trainer)
         attach(trainer, amp_state)
         for name, method in WRAPPED.items():  # on the instance: the class is never patched
@@ -133,19 +144,18 @@ def init_trainer(trainer: Union[Trainer, Optimizer], loss_scaler: Optional[LossS
     else:
         step.settle(trainer)
         amp_state.fused = fused
-        _set_weights(trainer, amp_state, weights)
+        _set_weights(trainer, amp_state, weights, rounding)
         if loss_scaler is not None:
             replace_scaler(trainer, loss_scaler)
     return amp_state.scaler
 
 
-def _set_weights(trainer, amp_state, weights):
-    """Switch ``trainer`` to weight mode ``weights`` (no change when it runs that mode already)."""
-    if weights == "float32":
-        if amp_state.bf16_weights is not None:
-            amp_state.bf16_weights.to_float32()
-        return
-    if amp_state.bf16_weights is not None:
+def _set_weights(trainer, amp_state, weights, rounding):
+    """Switch ``trainer`` to weight mode ``weights`` with ``rounding`` (no change when it runs them already)."""
+    current = amp_state.bf16_weights
+    if current is not None and (weights == "float32" or current.rounding != rounding):
+        current.to_float32()
+    if weights == "float32" or amp_state.bf16_weights is not None:
         return
     reasons = []
     if amp_state.target_dtype != "bfloat16":
@@ -159,7 +169,7 @@ def _set_weights(trainer, amp_state, weights):
     if reasons:
         raise ValueError("init_trainer(weights='bfloat16') needs amp.init('bfloat16'), fused=True, SGD/Adam/AdamW "
                          "and CPU parameters: %s" % "; ".join(reasons))
-    amp_state.bf16_weights = Bf16Weights(trainer)
+    amp_state.bf16_weights = Bf16Weights(trainer, rounding)
 
 
 def get_loss_scaler(trainer: Union[Trainer, Optimizer]) -> LossScaler:

@@ -15,6 +15,7 @@
 #endif
 
 #include "convert.h"
+#include "counter_hash.h"
 #include "cpu_loops.h"
 #include "multi_tensor.h"
 #include "update_rules.h"
@@ -324,75 +325,100 @@ void update_typed(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t
   }
 }
 
-// bf16-true: bfloat16 weights, gradients and states; with kKahan a bfloat16 compensation per weight.
-template <bool kKahan>
+// bf16-true: bfloat16 weights, gradients and states, stored as kStore says (Bf16Store).
+enum Bf16Store : int { kStoreNearest, kStoreKahan, kStoreStochastic };
+
+template <int kStore>
 struct Bf16Params {
+  static constexpr bool kKahan = kStore == kStoreKahan;
   uint16_t* __restrict__ weight;
   const uint16_t* __restrict__ grad;
   uint16_t* __restrict__ s0;
   uint16_t* __restrict__ s1;
   uint16_t* __restrict__ comp;
+  uint64_t seed, begin;
   Bf16Params(const UpdateSet& set, int64_t b)
       : weight(static_cast<uint16_t*>(set.weight.data) + b),
         grad(static_cast<const uint16_t*>(set.grad) + b),
         s0(set.bf16_state0 ? set.bf16_state0 + b : nullptr),
         s1(set.bf16_state1 ? set.bf16_state1 + b : nullptr),
-        comp(kKahan ? set.compensation + b : nullptr) {}
+        comp(kKahan ? set.compensation + b : nullptr),
+        seed(set.seed),
+        begin(static_cast<uint64_t>(b)) {}
+  // The random bits of element i (stochastic rounding only).
+  inline uint64_t draw(int64_t i) const {
+    return kStore == kStoreStochastic ? counter_hash(seed, begin + static_cast<uint64_t>(i)) : 0;
+  }
   inline float load_w(int64_t i) const { return compensated_load<kKahan>(weight[i], kKahan ? comp[i] : 0); }
-  inline void store_w(int64_t i, float w) const {
+  inline void store_w(int64_t i, float w, uint64_t r) const {
+    if (kStore == kStoreStochastic) {
+      weight[i] = stochastic_bf16_bits(w, r);
+      return;
+    }
     uint16_t unused = 0;
     compensated_store<kKahan>(w, &weight[i], kKahan ? &comp[i] : &unused);
   }
+  // A state rounded to bfloat16: stochastically from bits [16 * slot, 16 * slot + 16) of r, else to nearest.
+  static inline uint16_t store_s(float v, uint64_t r, int slot) {
+    return kStore == kStoreStochastic ? stochastic_bf16_bits(v, r >> (16 * slot)) : BF16::store(v);
+  }
 };
 
-template <bool kKahan, bool kMomentum, bool kClip>
+template <int kStore, bool kMomentum, bool kClip>
 void sgd_loop_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
-  const Bf16Params<kKahan> p(set, b);
+  const Bf16Params<kStore> p(set, b);
   const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
   const int64_t n = e - b;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = p.draw(i);
     float m = kMomentum ? BF16::load(p.s0[i]) : 0.0f;
-    p.store_w(i, sgd_element<kMomentum, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &m));
-    if (kMomentum) p.s0[i] = BF16::store(m);
+    p.store_w(i, sgd_element<kMomentum, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &m), r);
+    if (kMomentum) p.s0[i] = p.store_s(m, r, 1);
   }
 }
 
-template <bool kKahan, bool kDecoupled, bool kClip>
+template <int kStore, bool kDecoupled, bool kClip>
 void adam_loop_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
-  const Bf16Params<kKahan> p(set, b);
+  const Bf16Params<kStore> p(set, b);
   const UpdateScalars k = update_scalars(h, set, h.rescale_grad);
   const int64_t n = e - b;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = p.draw(i);
     float mean = BF16::load(p.s0[i]), var = BF16::load(p.s1[i]);
-    p.store_w(i, adam_element<kDecoupled, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &mean, &var));
-    p.s0[i] = BF16::store(mean);
-    p.s1[i] = BF16::store(var);
+    p.store_w(i, adam_element<kDecoupled, kClip>(k, p.load_w(i), BF16::load(p.grad[i]), &mean, &var), r);
+    p.s0[i] = p.store_s(mean, r, 1);
+    p.s1[i] = p.store_s(var, r, 2);
   }
 }
 
-template <bool kKahan>
+template <int kStore>
 void update_bf16(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
   const bool clip_on = h.clip_gradient >= 0.0f;
   switch (h.rule) {
     case kSgd:
-      return clip_on ? sgd_loop_bf16<kKahan, false, true>(h, set, b, e)
-                     : sgd_loop_bf16<kKahan, false, false>(h, set, b, e);
+      return clip_on ? sgd_loop_bf16<kStore, false, true>(h, set, b, e)
+                     : sgd_loop_bf16<kStore, false, false>(h, set, b, e);
     case kSgdMomentum:
-      return clip_on ? sgd_loop_bf16<kKahan, true, true>(h, set, b, e)
-                     : sgd_loop_bf16<kKahan, true, false>(h, set, b, e);
+      return clip_on ? sgd_loop_bf16<kStore, true, true>(h, set, b, e)
+                     : sgd_loop_bf16<kStore, true, false>(h, set, b, e);
     case kAdam:
-      return clip_on ? adam_loop_bf16<kKahan, false, true>(h, set, b, e)
-                     : adam_loop_bf16<kKahan, false, false>(h, set, b, e);
+      return clip_on ? adam_loop_bf16<kStore, false, true>(h, set, b, e)
+                     : adam_loop_bf16<kStore, false, false>(h, set, b, e);
     default:
-      return clip_on ? adam_loop_bf16<kKahan, true, true>(h, set, b, e)
-                     : adam_loop_bf16<kKahan, true, false>(h, set, b, e);
+      return clip_on ? adam_loop_bf16<kStore, true, true>(h, set, b, e)
+                     : adam_loop_bf16<kStore, true, false>(h, set, b, e);
   }
 }
 
+void update_bf16_true(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
+  if (set.compensation) return update_bf16<kStoreKahan>(h, set, b, e);
+  return set.stochastic ? update_bf16<kStoreStochastic>(h, set, b, e) : update_bf16<kStoreNearest>(h, set, b, e);
+}
+
 void update(const UpdateHyper& h, const UpdateSet& set, int64_t b, int64_t e) {
-  if (set.bf16_states) return set.compensation ? update_bf16<true>(h, set, b, e) : update_bf16<false>(h, set, b, e);
+  if (set.bf16_states) return update_bf16_true(h, set, b, e);
   switch (set.weight.dtype) {
     case kFloat16: return update_typed<F16, true>(h, set, b, e);
     case kBfloat16: return update_typed<BF16, true>(h, set, b, e);
@@ -638,7 +664,7 @@ void softmax_grad_row(int y_dtype, const void* y, const void* dy, int dx_dtype, 
                                : softmax_grad_row_typed<F32, F32>(y, dy, dx, valid, n, scale, log);
 }
 
-// Dropout (dropout.h): a counter-based draw per element, SplitMix64's finaliser of seed + i * golden ratio.
+// Dropout (dropout.h): a counter-based draw per element (counter_hash.h).
 template <typename T>
 void dropout_loop(const void* x, void* y, uint8_t* mask, int64_t begin, int64_t end, uint64_t seed,
                   uint64_t keep_below, float scale) {
@@ -647,11 +673,7 @@ void dropout_loop(const void* x, void* y, uint8_t* mask, int64_t begin, int64_t 
   uint8_t* __restrict__ m = mask;
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const bool keep = (z >> 32) < keep_below;
+    const bool keep = (counter_hash(seed, static_cast<uint64_t>(i)) >> 32) < keep_below;
     m[i] = keep;
     q[i] = T::store(keep ? T::load(p[i]) * scale : 0.0f);
   }

@@ -91,7 +91,10 @@ struct UpdateHyper {
  *        the states are bfloat16 in bf16_state0/bf16_state1 (state0/state1 null), and compensation, when not
  *        null, is a bfloat16 Kahan compensation c of each weight. The rule above runs in float32 on the
  *        precise weight x = w + c and the float32 states; then w = bf16(x'), c = bf16(x' - w) (see
- *        compensated_store in update_rules.h). A null compensation rounds x' to bfloat16 plainly.
+ *        compensated_store in update_rules.h). A null compensation rounds x' to bfloat16 plainly, to nearest, or,
+ *        with stochastic, stochastically: element i of the tensor draws r = counter_hash(seed, i)
+ *        (counter_hash.h); w = stochastic_bf16_bits(x', r) (update_rules.h), the states too, from bits 16-31
+ *        (state0) and 32-47 (state1) of r. The same seed gives the same result whatever the chunking.
  */
 struct UpdateSet {
   TensorRef weight;
@@ -104,6 +107,8 @@ struct UpdateSet {
   uint16_t* bf16_state0;
   uint16_t* bf16_state1;
   uint16_t* compensation;
+  bool stochastic;  // bf16_states without compensation: stochastic rounding, random bits from seed
+  uint64_t seed;
 };
 
 /*! \brief Applies hyper.rule to the n parameters of sets, in parallel chunks of chunk_size elements. */

@@ -1,7 +1,8 @@
 /*!
  * \file update_rules.h
  * \brief The optimizer update of one element (SGD, SGD with momentum, Adam, AdamW), shared by the CPU loops
- *        and the CUDA kernels, and the compensated bfloat16 storage of bf16-true weights.
+ *        and the CUDA kernels, and the bfloat16 storage of bf16-true weights (Kahan-compensated, or stochastically
+ *        rounded).
  *
  * Each function repeats MXNet 1.9.1's float32 expression operation by operation (see UpdateSet in
  * multi_tensor.h); callers compile it without floating-point contraction on CPUs, where that makes the results
@@ -69,6 +70,21 @@ AMP_HD void compensated_store(float x, uint16_t* w, uint16_t* c) {
   const uint16_t rounded = float_to_bf16_bits(x);
   *w = rounded;
   if (kKahan) *c = float_to_bf16_bits(x - bf16_bits_to_float(rounded));
+}
+
+/*!
+ * \brief float32 -> bfloat16 bits, rounded stochastically: the low 16 bits of random are added to the 16 bits
+ *        that bfloat16 drops, then those are cut off. x rounds up to the next bfloat16 (in magnitude) with
+ *        probability (dropped bits) / 2^16, so the result's expectation is x (unbiased), and it is always one
+ *        of the two bfloat16 values around x. Inf and NaN round to nearest (they stay Inf and NaN); finite
+ *        values at or beyond the largest finite bfloat16 are cut to it (they stay finite).
+ */
+AMP_HD uint16_t stochastic_bf16_bits(float x, uint64_t random) {
+  const uint32_t bits = float_bits(x);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  const uint32_t noise = magnitude >= 0x7f7f0000u ? 0u : static_cast<uint32_t>(random & 0xffffu);
+  const uint16_t cut = static_cast<uint16_t>((bits + noise) >> 16);
+  return magnitude >= 0x7f800000u ? float_to_bf16_bits(x) : cut;
 }
 
 }  // namespace mxnet_amp

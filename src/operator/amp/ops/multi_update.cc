@@ -7,11 +7,13 @@
  * multi_precision, its float32 master weights; then the finite flag (float32 (1,), from
  * amp_multi_unscale_check) and the loss scaler's state (float64 (6,), amp_scaler_update; element 0 is the
  * scale the loss was multiplied by). Weights, states and master weights are updated in place (mutable
- * inputs) unless the flag is 0. With bf16_weights (kahan or round: mxnet.amp's bf16-true weights), every
- * weight, grad and state is bfloat16 and, with kahan, a bfloat16 compensation follows the states (no master
- * weights). The gradient multiplier is rescale_grad / scale, computed here so the host
+ * inputs) unless the flag is 0. With bf16_weights (kahan, round or stochastic: mxnet.amp's bf16-true
+ * weights), every weight, grad and state is bfloat16 and, with kahan, a bfloat16 compensation follows the states
+ * (no master weights); stochastic rounds with random bits from attribute seeds, one uint64 per parameter. The gradient multiplier is rescale_grad / scale, computed here so the host
  * never reads the scale. Output: float32 (1,), 1.0 if the update was applied, else 0.0.
  */
+#include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -31,13 +33,14 @@ struct Params {
   int rule;
   int num_params;
   bool master;
-  int bf16;  // kBf16Off, kBf16Kahan or kBf16Round
+  int bf16;  // kBf16Off, kBf16Kahan, kBf16Round or kBf16Stochastic
   double rescale_grad;
   float clip_gradient, momentum, beta1, beta2, epsilon;
   std::vector<float> lrs, wds, etas;
+  std::vector<uint64_t> seeds;  // kBf16Stochastic
 };
 
-enum Bf16Mode : int { kBf16Off = 0, kBf16Kahan = 1, kBf16Round = 2 };
+enum Bf16Mode : int { kBf16Off = 0, kBf16Kahan = 1, kBf16Round = 2, kBf16Stochastic = 3 };
 
 int states_of(int rule) { return rule == kSgd ? 0 : (rule == kSgdMomentum ? 1 : 2); }
 int stride_of(const Params& p) { return 2 + states_of(p.rule) + (p.master || p.bf16 == kBf16Kahan ? 1 : 0); }
@@ -45,13 +48,38 @@ int stride_of(const Params& p) { return 2 + states_of(p.rule) + (p.master || p.b
 bool parse_bf16(const Attrs& attrs, Params* p) {
   const auto it = attrs.find("bf16_weights");
   const std::string s = it == attrs.end() ? std::string("off") : it->second;
-  p->bf16 = s == "off" ? kBf16Off : (s == "kahan" ? kBf16Kahan : (s == "round" ? kBf16Round : -1));
+  p->bf16 = s == "off" ? kBf16Off
+                       : (s == "kahan" ? kBf16Kahan
+                                       : (s == "round" ? kBf16Round : (s == "stochastic" ? kBf16Stochastic : -1)));
   if (p->bf16 < 0) {
-    MX_ERROR_MSG << kOp << ": attribute bf16_weights must be one of off, kahan, round (got '" << s << "')";
+    MX_ERROR_MSG << kOp << ": attribute bf16_weights must be one of off, kahan, round, stochastic (got '" << s
+                 << "')";
     return false;
   }
   if (p->bf16 != kBf16Off && p->master) {
     MX_ERROR_MSG << kOp << ": bf16_weights=" << s << " keeps no master weights; multi_precision must be False";
+    return false;
+  }
+  return true;
+}
+
+// Attribute seeds: n comma-separated unsigned 64-bit integers (stochastic rounding only).
+bool parse_seeds(const Attrs& attrs, size_t n, std::vector<uint64_t>* seeds) {
+  const auto it = attrs.find("seeds");
+  const std::string s = it == attrs.end() ? std::string() : it->second;
+  seeds->clear();
+  const char* c = s.c_str();
+  while (*c != '\0' && seeds->size() < n + 1) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(c, &end, 10);  // NOLINT(runtime/int)
+    if (end == c || errno != 0 || *c == '-' || (*end != ',' && *end != '\0')) break;
+    seeds->push_back(static_cast<uint64_t>(v));
+    c = *end == ',' ? end + 1 : end;
+  }
+  if (seeds->size() != n || *c != '\0') {
+    MX_ERROR_MSG << kOp << ": attribute seeds must be " << n << " comma-separated unsigned 64-bit integers "
+                 << "with bf16_weights=stochastic (got '" << s << "')";
     return false;
   }
   return true;
@@ -97,7 +125,8 @@ bool parse_params(const Attrs& attrs, Params* p) {
          parse_float(kOp, attrs, "beta2", 0.999f, &p->beta2) &&
          parse_float(kOp, attrs, "epsilon", 1e-8f, &p->epsilon) &&
          parse_float_list(kOp, attrs, "lrs", n, &p->lrs) && parse_float_list(kOp, attrs, "wds", n, &p->wds) &&
-         (p->rule != kAdamW || parse_float_list(kOp, attrs, "etas", n, &p->etas));
+         (p->rule != kAdamW || parse_float_list(kOp, attrs, "etas", n, &p->etas)) &&
+         (p->bf16 != kBf16Stochastic || parse_seeds(attrs, n, &p->seeds));
 }
 
 MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
@@ -221,6 +250,8 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
     s.lr = p.lrs[i];
     s.wd = p.wds[i];
     s.eta = p.rule == kAdamW ? p.etas[i] : 1.0f;
+    s.stochastic = p.bf16 == kBf16Stochastic;
+    s.seed = s.stochastic ? p.seeds[i] : 0;
   }
   float* applied = (*outputs)[0].data<float>();
 #if defined(MXNET_AMP_CUDA)
