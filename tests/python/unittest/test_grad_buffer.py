@@ -17,6 +17,17 @@ def _net(ctx, numpy_mode=False):
     return net
 
 
+def _deferred_net(hybridize=None):
+    """Dense(5, relu) -> Dense(3) with deferred shapes; ``hybridize(net)`` hybridizes it (or part of it)."""
+    mx.random.seed(3)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier())
+    if hybridize is not None:
+        hybridize(net)
+    return net
+
+
 def _train(net, ctx, use_amp, steps=3):
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
     if use_amp:
@@ -129,11 +140,7 @@ def test_static_graphs_train_on_the_laid_out_gradients(when):
     backward (one before init_trainer: the CachedOp dropped), the buffers must receive every step's gradients:
     training matches plain Gluon's."""
     def net_of():
-        mx.random.seed(3)
-        net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
-        net.initialize(mx.init.Xavier())
-        net.hybridize(static_alloc=True, static_shape=True)
+        net = _deferred_net(lambda n: n.hybridize(static_alloc=True, static_shape=True))
         if when == "after a backward":
             with autograd.record():
                 net(mx.nd.ones((2, 4))).sum().backward()
@@ -155,12 +162,7 @@ def test_deferred_shapes_are_laid_out_inside_the_first_hybridized_call(static):
     parameters and before it builds its CachedOp, so the first backward already writes into the buffer (nothing
     laid out, no CachedOp dropped, at the step) and training matches plain Gluon's."""
     def net_of():
-        mx.random.seed(3)
-        net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
-        net.initialize(mx.init.Xavier())
-        net.hybridize(static_alloc=static, static_shape=static)
-        return net
+        return _deferred_net(lambda n: n.hybridize(static_alloc=static, static_shape=static))
 
     plain, amp_net = net_of(), net_of()
     mx.random.seed(4)
@@ -190,13 +192,8 @@ def test_deferred_shapes_finished_block_by_block_wait_for_the_step():
     """A block called imperatively finishes its children's parameters one block at a time, recording ops on the
     first before the last exists: those gradients must not be moved under the recorded graph. The first step lays
     them out, and training matches plain Gluon's."""
-    def net_of():
-        mx.random.seed(3)
-        net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
-        net.initialize(mx.init.Xavier())
-        net[1].hybridize()  # the last parameters are finished inside a hybridized call, the first ones are not
-        return net
+    def net_of():  # the last parameters are finished inside a hybridized call, the first ones are not
+        return _deferred_net(lambda n: n[1].hybridize())
 
     plain, amp_net = net_of(), net_of()
     mx.random.seed(4)

@@ -106,12 +106,21 @@ void* scratch(Scratch* keep, int64_t floats) {
   return keep->back().get();
 }
 
+namespace {
+
+// out = t converted to dtype, through the cast loops of this CPU's instruction set, on this call's team.
+void convert(const MXTensor& t, void* out, int dtype) {
+  const CallTeam team;
+  const TensorRef from = {t.data_ptr, t.size(), static_cast<int>(t.dtype)}, to = {out, t.size(), dtype};
+  cpu_multi_tensor_cast(kDefaultChunkSize, &from, &to, 1);
+}
+
+}  // namespace
+
 void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
   if (static_cast<int>(t.dtype) == dtype) return t.data_ptr;
   void* out = scratch(keep, t.size());
-  const CallTeam team;  // the cast loops of this CPU's instruction set (a weight per call: param_dtype)
-  const TensorRef from = {t.data_ptr, t.size(), static_cast<int>(t.dtype)}, to = {out, t.size(), dtype};
-  cpu_multi_tensor_cast(kDefaultChunkSize, &from, &to, 1);
+  convert(t, out, dtype);
   return out;
 }
 
@@ -120,9 +129,7 @@ void* weight_in_dtype(const MXTensor& w, int dtype) {
   thread_local std::vector<char> buffer;
   const size_t bytes = static_cast<size_t>(w.size()) * dtype_bytes(dtype);
   if (buffer.size() < bytes) std::vector<char>(bytes).swap(buffer);
-  const CallTeam team;  // the cast loops of this CPU's instruction set
-  const TensorRef from = {w.data_ptr, w.size(), static_cast<int>(w.dtype)}, to = {buffer.data(), w.size(), dtype};
-  cpu_multi_tensor_cast(kDefaultChunkSize, &from, &to, 1);
+  convert(w, buffer.data(), dtype);
   return buffer.data();
 }
 
