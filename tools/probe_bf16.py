@@ -24,9 +24,15 @@ deviation ``max|y - y_fp32| / max|y_fp32|`` exceeds ``VALUE_TOLERANCE`` is a ``m
 its child process is a ``crash``, one that stops answering a ``hang``. The result is the evidence file that
 ``python/mxnet/amp/lists/native_bf16_cpu.json`` holds and the lists are tested against.
 
+``--storage`` is the same value probe where MXNet's oneDNN creates no bfloat16 primitive (CPU class (a), or any CPU
+under ``DNNL_MAX_CPU_ISA=AVX2``): the ops found right there (MXNet's mshadow kernels) are those that training graphs
+storing bfloat16 on float32 arithmetic run on bfloat16 data (``python/mxnet/amp/lists/storage_bf16_cpu.json``,
+``mxnet.amp.lists.storage_ops``).
+
 Usage::
 
     python tools/probe_bf16.py --values --out python/mxnet/amp/lists/native_bf16_cpu.json   # AVX-512 only
+    DNNL_MAX_CPU_ISA=AVX2 python tools/probe_bf16.py --storage --out python/mxnet/amp/lists/storage_bf16_cpu.json
     python tools/probe_bf16.py --out probe.json          # all ops, one row per alias group
     python tools/probe_bf16.py --ops exp,take,Pooling    # a few, printed as a table
     python tools/probe_bf16.py --ops exp,take --json     # a few, JSON on stdout
@@ -49,8 +55,10 @@ def main():
     parser.add_argument("--mkldnn", action="store_true", help="keep oneDNN enabled")
     parser.add_argument("--values", action="store_true",
                         help="value probe of the ops the bfloat16 lists feed bfloat16 natively (AVX-512 CPUs)")
+    parser.add_argument("--storage", action="store_true",
+                        help="the value probe where MXNet's oneDNN has no bfloat16 primitives (class (a) CPUs)")
     args = parser.parse_args()
-    if args.values:
+    if args.values or args.storage:
         _main_values(args, parser)
         return
     groups = op_groups()
@@ -80,9 +88,11 @@ def _main_values(args, parser):
     import mxnet as mx
     from mxnet.amp import lists
     from mxnet.amp.core.support import native_support
-    if not native_support("bfloat16", "cpu"):
-        parser.error("--values needs a CPU where oneDNN runs bfloat16 (AVX-512); this one would only "
-                     "report oneDNN's missing primitives")
+    if args.storage == native_support("bfloat16", "cpu"):
+        parser.error("--storage needs a CPU where MXNet's oneDNN has no bfloat16 primitives (no AVX-512, or "
+                     "DNNL_MAX_CPU_ISA=AVX2)" if args.storage else
+                     "--values needs a CPU where oneDNN runs bfloat16 (AVX-512); this one would only report "
+                     "oneDNN's missing primitives (--storage probes it)")
     from mxnet.amp.core import library
     recorded_bad = set()
     if args.out and os.path.exists(args.out):  # probe the ops found bad before again: kernels get fixed
@@ -103,9 +113,12 @@ def _main_values(args, parser):
     with open("/proc/cpuinfo") as f:
         model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
     meta = {"cpu": model, "mxnet": mx.__version__, "date": datetime.date.today().isoformat(),
-            "tolerance": VALUE_TOLERANCE, "command": "python tools/probe_bf16.py --values"}
+            "tolerance": VALUE_TOLERANCE,
+            "command": "DNNL_MAX_CPU_ISA=%s python tools/probe_bf16.py --storage" % os.environ["DNNL_MAX_CPU_ISA"]
+            if args.storage and "DNNL_MAX_CPU_ISA" in os.environ else
+            "python tools/probe_bf16.py --%s" % ("storage" if args.storage else "values")}
     runs = []
-    if os.path.exists(args.out):  # keep the runs recorded on other CPUs
+    if os.path.exists(args.out) and not args.storage:  # keep the runs recorded on other CPUs (--storage: one)
         with open(args.out) as f:
             runs = [r for r in json.load(f)["runs"] if r["meta"]["cpu"] != model]
     evidence = {"verdicts": EVIDENCE_VERDICTS, "runs": runs + [{"meta": meta, "ops": rows}]}

@@ -18,7 +18,9 @@ def _net():
 
 @pytest.mark.parametrize("dtype,kernels", [("bfloat16", "auto"), ("bfloat16", "mxnet"), ("float16", "auto")])
 def test_a_refused_input_shape_names_the_given_and_converted_shapes(dtype, kernels):
-    low = amp.convert_hybrid_block(_net(), mx.nd.ones((2, 8)), dtype, kernels=kernels, emulate=dtype == "float16")
+    # float16 on CPU: emulated; bfloat16: the default plan (MXNet's bfloat16 kernels need AVX-512)
+    low = amp.convert_hybrid_block(_net(), mx.nd.ones((2, 8)), dtype, kernels=kernels,
+                                   emulate=True if dtype == "float16" else None)
     assert low(mx.nd.ones((5, 8))).shape == (5, 4)  # the batch size is free
     with pytest.raises(InputShapeError) as err:
         low(mx.nd.ones((2, 7)))

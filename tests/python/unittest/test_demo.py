@@ -36,9 +36,9 @@ def test_demo_trains_resumes_and_reports(tmp_path):
         assert row in text
     infer = result["inference"]
     assert abs(infer["accuracy"] - bf16["accuracy"][-1]) <= 0.02  # same weights, inference graph
-    # within one bfloat16 rounding of max |output|: the two runtimes compute float32 values a few ulps apart,
-    # and a value next to a rounding boundary may round to either neighbour
-    assert abs(infer["onnx_accuracy"] - infer["accuracy"]) <= 0.01 and infer["onnx_deviation"] < 2 ** -8
+    # within two bfloat16 roundings of max |output|: the two runtimes compute float32 values a few ulps apart, a
+    # value next to a rounding boundary may round to either neighbour, and a hidden layer's carries to the output
+    assert abs(infer["onnx_accuracy"] - infer["accuracy"]) <= 0.01 and infer["onnx_deviation"] < 2 ** -7
     assert "%.3f" % bf16["accuracy"][-1] in text
     assert os.path.getsize(infer["onnx_path"]) > 10000
     for name in ("loss.png", "loss_scale.png", "precision_map.png"):

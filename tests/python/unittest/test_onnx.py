@@ -19,6 +19,8 @@ import mxnet.amp.inference.onnx as amp_onnx
 from mxnet.amp.inference.blocks import block_graph, convert_hybrid_block
 from mxnet.amp.inference.convert import convert
 
+from amp_testing import requires_native_bf16
+
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
@@ -213,6 +215,7 @@ def test_bfloat16_export_modes_run_in_onnxruntime(name, mode, tmp_path):
     _check(got, ref, TOL["float16-from-bf16" if mode == "float16" else mode])
 
 
+@requires_native_bf16  # the reference: the default plan, native where MXNet has bfloat16 kernels
 def test_native_bfloat16_graph_exports_in_every_mode(tmp_path):
     # A graph for CPUs with bf16 kernels (weights stored bf16, ops read bf16): onnxruntime's CPU provider has
     # no bf16 kernels, so 'emulate' rewrites it to float32 compute with bf16 rounding.

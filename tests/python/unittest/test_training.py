@@ -81,7 +81,8 @@ def _train(make_net, data, numpy_mode, hybridize, steps=30, lr=0.1):
         losses.append(float(loss.mean().item() if numpy_mode else loss.mean().asscalar()))
     if hybridize:  # the graph really runs bf16 casts around its low precision ops
         graph = json.loads(net._cached_graph[1].tojson(remove_amp_cast=False))
-        assert any(n["op"] in ("amp_cast", "amp_round") and n["attrs"]["dtype"] == "bfloat16" for n in graph["nodes"])
+        assert any(n["op"] in ("amp_cast", "amp_multi_cast", "amp_round") and n["attrs"]["dtype"] == "bfloat16"
+                   for n in graph["nodes"])
     return losses, out
 
 

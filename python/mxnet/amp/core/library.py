@@ -235,19 +235,22 @@ ONEDNN_BF16_ISAS = ("avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx5
 
 @functools.lru_cache(maxsize=None)
 def onednn_bf16() -> Tuple[bool, str]:
-    """Whether the library's oneDNN 3 kernels can take bfloat16 operands in this process.
+    """Whether the library's oneDNN 3 kernels run bfloat16 arithmetic in this process.
 
     Returns
     -------
     (bool, str)
         ``(True, info)`` where oneDNN 3 is available and runs an ISA of :data:`ONEDNN_BF16_ISAS` (the CPU's,
-        or the one ``ONEDNN_MAX_CPU_ISA`` caps it to); otherwise ``(False, why not)``. Float32 operands run
-        wherever :func:`onednn` is true.
+        or the one ``ONEDNN_MAX_CPU_ISA`` caps it to); otherwise ``(False, why not)``. Wherever :func:`onednn` is
+        true the kernels take float32 and bfloat16 operands: below those ISAs they widen bfloat16 ones to float32
+        (``src/operator/amp/onednn/widen.h``), which the storage plan of training graphs uses
+        (:func:`mxnet.amp.core.support.plans_storage`).
     """
     ok, info = onednn()
     if not ok:
         return False, info
     isa = info.rsplit("cpu isa ", 1)[-1]
     if isa not in ONEDNN_BF16_ISAS:
-        return False, "%s: oneDNN 3.2 has no bfloat16 matrix product or convolution below avx512_core" % info
+        return False, ("%s: oneDNN 3.2 has no bfloat16 matrix product or convolution below avx512_core (the kernels "
+                       "widen bfloat16 operands to float32 there)" % info)
     return True, info

@@ -4,14 +4,14 @@ A :class:`Policy` is built once by :func:`make_policy` (which validates every us
 variants are made with :func:`dataclasses.replace`. The per-node decision lives in :meth:`Policy.action`, the
 single place that combines the built-in lists with the user's overrides.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import difflib
 from typing import Dict, Optional, Tuple
 
 import mxnet as mx
 
 from .. import lists
-from .support import library_ready, plans_native
+from .support import library_ready, plans_native, plans_storage
 
 __all__ = ["Policy", "make_policy", "KERNELS", "DISABLED_ATTR", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
            "EMULATED", "FLOAT32"]
@@ -78,6 +78,12 @@ class Policy:
     kernels : {'auto', 'mxnet'}
         Whose kernels run the matrix products, convolutions, LayerNorm, softmax and BatchNorm (:data:`KERNELS`,
         :meth:`library_kernel`, :meth:`stats_kernel`, :meth:`neutral_kernel`).
+    storage : bool
+        The policy of a training graph on a CPU that stores the target dtype on float32 arithmetic (made by
+        :meth:`for_graph`, never by users; :func:`mxnet.amp.core.support.plans_storage`): low precision ops run on
+        the library's kernels (which widen their operands) or in float32, MXNet's dtype-neutral ops on low precision
+        data only where they move values without arithmetic (``lists.storage_ops``), in float32 between casts
+        elsewhere (:func:`mxnet.amp.graph.postops.float32_islands`).
     """
 
     target_dtype: str
@@ -91,6 +97,7 @@ class Policy:
     layout_optimization: bool = False
     keep_lp16_outputs: bool = False
     kernels: str = "auto"
+    storage: bool = False
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
     _replaced: frozenset = field(init=False, repr=False, compare=False, hash=False)
 
@@ -148,6 +155,15 @@ class Policy:
         """Whether ``op``'s action depends on its attributes (a conditional fp32 entry)."""
         return op in self._conditions
 
+    def for_graph(self, device_type: str, inference: bool) -> "Policy":
+        """The policy a graph on ``device_type`` is rewritten with: this one, with ``storage=True`` for a training
+        graph where the default plan stores the target dtype on float32 arithmetic there
+        (:func:`~mxnet.amp.core.support.plans_storage`; ``emulate=None``, ``kernels="auto"``)."""
+        if (inference or self.storage or self.emulate is not None or self.kernels != "auto"
+                or not plans_storage(self.target_dtype, device_type)):
+            return self
+        return replace(self, storage=True)
+
     def lp16_mode(self, op: str, device_type: str) -> str:
         """How low precision op ``op`` runs on ``device_type`` ('cpu' or 'gpu').
 
@@ -161,10 +177,13 @@ class Policy:
             there (``batch_dot`` on AVX-512 CPUs, say): plain float32, since rounding would cost time and
             add error without buying speed. ``emulate=True`` makes every op ``EMULATED``,
             ``emulate=False`` every op ``NATIVE``; the default follows :func:`plans_native` (on CPUs, the
-            plan of the CPU class: ``lists.cpu_class_plan``).
+            plan of the CPU class: ``lists.cpu_class_plan``). A ``storage`` policy runs the ops of library kernels
+            ``NATIVE`` (the kernels widen the operands) and the others ``FLOAT32``.
         """
         if self.emulate is not None:
             return EMULATED if self.emulate else NATIVE
+        if self.storage:
+            return NATIVE if self.library_kernel(op, device_type) else FLOAT32
         if not plans_native(self.target_dtype, device_type):
             return EMULATED
         if op in lists.native_lp16_ops(self.target_dtype, device_type) or self.library_kernel(op, device_type):
@@ -177,11 +196,11 @@ class Policy:
         Where ``lists.library_kernels`` maps ``op`` to one, the policy has ``kernels="auto"`` and no forced
         emulation, the device runs the target dtype natively and the library's oneDNN 3 kernels loaded
         and take the dtype here (:func:`mxnet.amp.core.support.library_ready`; if they do not, one warning says
-        why and MXNet's kernels run).
+        why and MXNet's kernels run); or the policy is a ``storage`` one (the kernels widen the operands).
         """
         name = lists.library_kernels(self.target_dtype, device_type).get(op)
         if (name is None or self.kernels != "auto" or self.emulate is True
-                or (self.emulate is None and not plans_native(self.target_dtype, device_type))):
+                or (self.emulate is None and not self.storage and not plans_native(self.target_dtype, device_type))):
             return None
         return name if library_ready(self.target_dtype) else None
 
@@ -196,23 +215,27 @@ class Policy:
         return None
 
     def _runs_native(self, device_type: str) -> bool:
-        """Whether graphs on ``device_type`` run the target dtype natively (``emulate=False``, or the default
-        plan there)."""
-        return self.emulate is False or (self.emulate is None and plans_native(self.target_dtype, device_type))
+        """Whether graphs on ``device_type`` keep the target dtype's tensors (``emulate=False``, the default plan
+        there, or a ``storage`` policy)."""
+        return self.emulate is False or (self.emulate is None and (
+            self.storage or plans_native(self.target_dtype, device_type)))
 
     def native_substitute(self, op: str, device_type: str) -> Optional[Tuple[str, Dict[str, str]]]:
         """``(op, attributes)`` replacing dtype-neutral ``op`` on low precision inputs on ``device_type``
-        (``lists.native_substitutes``) where the graph runs natively there, or None."""
-        if not self._runs_native(device_type):
+        (``lists.native_substitutes``) where the graph runs natively there, or None (``storage``: the substitutes
+        are oneDNN kernels, which have no low precision primitives there)."""
+        if self.storage or not self._runs_native(device_type):
             return None
         return lists.native_substitutes(self.target_dtype, device_type).get(op)
 
     def transpose_swap(self, op: str, device_type: str) -> Optional[str]:
         """The op swapping two axes that runs transpose ``op`` on low precision data on ``device_type``
-        (``lists.transpose_swaps``) where the graph runs natively there, or None."""
+        (``lists.transpose_swaps``) where the graph runs natively there (``storage``: where that op is one of
+        ``lists.storage_ops``), or None."""
         if not self._runs_native(device_type):
             return None
-        return lists.transpose_swaps(self.target_dtype, device_type).get(op)
+        swap = lists.transpose_swaps(self.target_dtype, device_type).get(op)
+        return None if self.storage and swap not in lists.storage_ops(self.target_dtype, device_type) else swap
 
     def neutral_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
         """The library op that runs ``op`` in its data's dtype in a training graph on ``device_type``, told the
@@ -230,8 +253,8 @@ class Policy:
         ``amp_softmax``), or None.
 
         Where the graph runs natively there, ``kernels="auto"`` and the library's oneDNN 3 takes the target dtype
-        (:func:`mxnet.amp.core.support.library_ready`); never for an op (or node ``name``) the user keeps in float32
-        (``extra_fp32_ops``, a given ``fp32_ops``, ``excluded_sym_names``).
+        (:func:`mxnet.amp.core.support.library_ready`), or the policy is a ``storage`` one; never for an op (or node
+        ``name``) the user keeps in float32 (``extra_fp32_ops``, a given ``fp32_ops``, ``excluded_sym_names``).
         """
         kernel = lists.stats_kernels(self.target_dtype, device_type).get(op)
         if (kernel is None or self.kernels != "auto" or not self._runs_native(device_type)
@@ -240,9 +263,10 @@ class Policy:
         return kernel if library_ready(self.target_dtype) else None
 
     def neutral_in_float32(self, op: str, device_type: str) -> bool:
-        """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type``
-        (``lists.float32_kernels``: its low precision kernel is slower) where the graph runs natively there:
-        ``emulate=False``, or the default where the device runs the target dtype natively."""
+        """Whether dtype-neutral op ``op`` runs in float32 between casts on ``device_type`` (``lists.float32_kernels``:
+        its low precision kernel is slower) where the graph runs natively there: ``emulate=False``, or the default
+        where the device runs the target dtype natively. (A ``storage`` policy's graphs get their float32 islands
+        after the fusions: :func:`mxnet.amp.graph.postops.float32_islands`.)"""
         return op in lists.float32_kernels(self.target_dtype, device_type) and self._runs_native(device_type)
 
     def emulation_kernel(self, op: str, device_type: str) -> Optional[str]:

@@ -11,7 +11,7 @@ import os
 from .. import lists
 from . import cpu, library
 
-__all__ = ["native_support", "plans_native", "library_ready"]
+__all__ = ["native_support", "plans_native", "plans_storage", "library_ready"]
 
 _LOG = logging.getLogger("mxnet.amp")
 
@@ -51,6 +51,19 @@ def plans_native(dtype: str, device_type: str) -> bool:
     return lists.cpu_class_plan(dtype, cpu.cpu_class().name)[0] == "native"
 
 
+def plans_storage(dtype: str, device_type: str) -> bool:
+    """Whether the default plan stores ``dtype`` on float32 arithmetic in training graphs on ``device_type``.
+
+    On CPUs whose class's training plan says so (:func:`mxnet.amp.lists.cpu_class_plan` with ``training=True``: class (a)), where
+    the default plan does not run ``dtype`` natively, ``MXNET_AMP_EMULATE=1`` is not set and the library's oneDNN 3
+    is loaded (its kernels widen bfloat16 operands there: :func:`library_ready`).
+    """
+    if (device_type != "cpu" or os.environ.get("MXNET_AMP_EMULATE") == "1" or plans_native(dtype, device_type)
+            or lists.cpu_class_plan(dtype, cpu.cpu_class().name, training=True)[0] != "storage"):
+        return False
+    return library_ready(dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def _onednn_loaded() -> bool:
     ok, info = library.onednn()
@@ -60,19 +73,10 @@ def _onednn_loaded() -> bool:
     return ok
 
 
-@functools.lru_cache(maxsize=None)
 def library_ready(dtype: str) -> bool:
-    """Whether the library's oneDNN 3 kernels (products, convolutions) run here on ``dtype`` operands.
-
-    They need libmxnet_amp_onednn.so loaded (:func:`mxnet.amp.core.library.onednn`) and, for bfloat16, oneDNN
-    running an AVX-512 ISA (:func:`mxnet.amp.core.library.onednn_bf16`: not so where ``ONEDNN_MAX_CPU_ISA``
-    caps it lower). Where they cannot, one warning per process says why, and MXNet's kernels run.
+    """Whether the library's oneDNN 3 kernels (products, convolutions, LayerNorm, softmax) run here on ``dtype``
+    operands: wherever libmxnet_amp_onednn.so loaded (:func:`mxnet.amp.core.library.onednn`; if it did not, one
+    warning per process says why, and MXNet's kernels run). float32 and bfloat16 both: where oneDNN 3 has no
+    bfloat16 primitive (:func:`mxnet.amp.core.library.onednn_bf16`) the kernels widen bfloat16 operands to float32.
     """
-    if not _onednn_loaded():
-        return False
-    if dtype != "bfloat16":
-        return True
-    ok, info = library.onednn_bf16()
-    if not ok:
-        _LOG.warning("mxnet.amp: %s; matrix products and convolutions run on MXNet's kernels", info)
-    return ok
+    return dtype in ("float32", "bfloat16") and _onednn_loaded()

@@ -42,8 +42,9 @@ class NodePlan:
         a dtype-neutral op on low precision data (``amp_batch_norm``, float32 parameters), or a float32-list op
         on data of the target dtype or float32 (``amp_dropout``), in the data's dtype.
     float32_island : bool
-        A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first
-        output is cast back to the target dtype.
+        A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first output is cast
+        back to the target dtype. (A ``storage`` policy's islands are made after the fusions:
+        :func:`~mxnet.amp.graph.postops.float32_islands`.)
     stats_kernel : bool
         A float32-list op runs on a library kernel that reads the target dtype or float32 and keeps float32
         statistics (``amp_layer_norm``, ``amp_softmax``): its data input stays as it arrives, its float parameters

@@ -19,7 +19,8 @@ from ..base.op_names import MATMUL_OPS
 from .builder import CastBuilder, RewriteStats
 from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node
-from .postops import drop_noop_casts, float32_library_outputs, fuse_activation, fuse_scale, fuse_sum
+from .postops import (drop_noop_casts, fanout_copies, float32_islands, float32_library_outputs, fuse_activation,
+                      fuse_scale, fuse_sum, library_casts)
 from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
@@ -164,6 +165,7 @@ class _Rewrite:
 def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Mapping[str, Any],
                   inference: bool = False) -> Tuple[dict, RewriteStats]:
     """Rewrite a symbol-JSON dict; return ``(new_graph_dict, RewriteStats)``. See :func:`rewrite_symbol`."""
+    policy = policy.for_graph(device_type, inference)
     rewrite = _Rewrite(graph, policy, device_type, var_dtypes, inference)
     for old_id, node in enumerate(graph["nodes"]):
         if node["op"] == "null":
@@ -178,6 +180,9 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     out = float32_library_outputs(out, policy, var_dtypes, outputs_only=not inference)
     out = fuse_scale(drop_noop_casts(out, var_dtypes, rewrite.build.stats))
     out = fuse_activation(fuse_sum(out, var_dtypes), training=not inference)
+    if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
+        out = float32_islands(out, var_dtypes, policy.target_dtype, lists.storage_ops(policy.target_dtype, device_type))
+        out = fanout_copies(library_casts(out), var_dtypes, policy.target_dtype)
     return out, rewrite.build.stats
 
 

@@ -99,6 +99,36 @@ CPU_CLASS_PLANS = {
                     "library's oneDNN 3 kernels (Sapphire Rapids class, 2026-12-03)"),
 }
 
+# Training graphs on CPU classes where the default plan differs for them: "storage", bfloat16 tensors on float32
+# arithmetic. Emulation (CPU_CLASS_PLANS) keeps a float32 graph with rounded copies of the weights and activations:
+# a BERT-style encoder step peaked at 1.74x float32's RSS (AMD EPYC, class (a), 2026-12-06; issue 35). Under
+# "storage" the graph keeps bfloat16 tensors, as on classes (c) and (d): the library's products, convolutions,
+# LayerNorm and softmax (LIBRARY_KERNELS, STATS_KERNELS) widen bfloat16 operands into per-call float32 buffers and
+# round their results (src/operator/amp/onednn/widen.h), BatchNorm and Dropout run on the library's kernels
+# (NEUTRAL_KERNELS), MXNet's own ops run bfloat16 where the class-(a) value probe found them right (storage_ops:
+# STORAGE_MOVES that storage_bf16_cpu.json found right) and in float32 between the library's casts elsewhere, and
+# the other low precision ops run in float32.
+# Inference keeps emulation, which keeps no activations anyway and rounds the weights once, offline.
+CPU_CLASS_TRAINING_PLANS = {
+    "a": ("storage", "no AVX-512: bfloat16 tensors, float32 arithmetic in the library's kernels"),
+}
+
+# The ops that move values without arithmetic, forward and backward (no sum in their gradient: not broadcast_to,
+# tile, take...): in training graphs storing bfloat16 on float32 arithmetic, those the class-(a) value probe found
+# right (storage_bf16_cpu.json) run on bfloat16 data. MXNet's other kernels have no oneDNN bfloat16 path there and
+# compute bfloat16 element by element, 100-200x slower than float32 (add_n 119 ms for 524 288 values against 0.47 ms,
+# elemwise_add 86 ms, AMD EPYC class (a), 2026-12-06): those ops run in float32 between the library's casts.
+STORAGE_MOVES = {
+    "cpu": ("Reshape", "_np_reshape", "_npx_reshape", "reshape_like", "_npx_reshape_like", "Flatten", "flatten",
+            "SwapAxis", "_npi_swapaxes", "_np_transpose", "expand_dims", "_npi_expand_dims", "squeeze",
+            "_np_squeeze", "slice", "slice_axis", "slice_like", "_npi_slice", "_npx_slice", "crop", "concat",
+            "Concat", "_npi_concatenate", "stack", "_npi_stack", "_npi_hstack", "_npi_vstack", "_npi_dstack",
+            "_npi_column_stack", "split", "SliceChannel", "_split_v2", "_npi_split", "_copy", "_np_copy", "identity",
+            "BlockGrad", "stop_gradient", "depth_to_space", "space_to_depth", "SequenceReverse", "reverse", "flip",
+            "_npi_flip"),
+    "gpu": (),
+}
+
 # MXNet op -> the library kernel that runs it where it is emulated (float32 on rounded values), per device type.
 # The library's oneDNN 3.2 float32 products and convolutions are faster than MXNet 1.9.1's float32 oneDNN 2.4
 # ones (MXNet's float32 batch_dot runs at 22-31 GFLOP/s). Converted inference, 2026-12-04, AMD EPYC (class a,

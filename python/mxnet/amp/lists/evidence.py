@@ -1,5 +1,6 @@
-"""The evidence behind the lists: the bfloat16 value probe per AVX-512 CPU and the per-op timings behind each
-CPU class's plan (JSON files beside this module, written by ``tools/probe_bf16.py`` and ``bench/bench_plan.py``).
+"""The evidence behind the lists: the bfloat16 value probe per AVX-512 CPU and on a CPU without AVX-512, and the
+per-op timings behind each CPU class's plan (JSON files beside this module, written by ``tools/probe_bf16.py`` and
+``bench/bench_plan.py``).
 """
 import functools
 import json
@@ -9,7 +10,9 @@ from typing import Any, FrozenSet
 from .groups import GPU_BUILD_ONLY
 from .tables import dtype_table, native_lp16_ops
 
-__all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "cpu_op_evidence"]
+__all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "storage_evidence", "storage_ops", "cpu_op_evidence"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def natively_fed_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
@@ -47,8 +50,43 @@ def native_evidence() -> dict:
         "ops": {op: {"verdict", "cases", "rel" or "why"}}}, ...]}``, one run per CPU it was recorded on
         (``tools/probe_bf16.py --values --out ...`` adds or replaces this machine's run).
     """
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_bf16_cpu.json")) as f:
+    with open(os.path.join(_HERE, "native_bf16_cpu.json")) as f:
         return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def storage_evidence() -> dict:
+    """Return the recorded bfloat16 value probe of a CPU without AVX-512 (``storage_bf16_cpu.json``).
+
+    Returns
+    -------
+    dict
+        As :func:`native_evidence`, one run: the ops of :func:`natively_fed_ops` on bfloat16 inputs with oneDNN on,
+        where MXNet's oneDNN 2.4 creates no bfloat16 primitive (``tools/probe_bf16.py --storage --out ...``, on
+        CPU class (a) or under ``DNNL_MAX_CPU_ISA=AVX2``).
+    """
+    with open(os.path.join(_HERE, "storage_bf16_cpu.json")) as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def storage_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
+    """Return the MXNet ops that training graphs storing ``dtype`` on float32 arithmetic run on ``dtype`` data on
+    ``device_type`` (:func:`mxnet.amp.lists.cpu_class_plan` for training: ``"storage"``): the ops that move values without
+    arithmetic (the dtype module's ``STORAGE_MOVES``) whose kernels moved bfloat16 right without AVX-512 (verdict
+    ``ok`` in :func:`storage_evidence`). The other dtype-neutral and widest-type ops of such graphs run in float32
+    between casts.
+
+    Returns
+    -------
+    frozenset of str
+        Empty for float16 and for GPUs (no storage plan there).
+    """
+    moves = dtype_table(dtype).storage_moves
+    if device_type not in moves:
+        raise ValueError("Unknown device_type %r: expected one of %s" % (device_type, ", ".join(map(repr, moves))))
+    return frozenset(op for run in storage_evidence()["runs"] for op, row in run["ops"].items()
+                     if row["verdict"] == "ok" and op in moves[device_type])
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,5 +101,5 @@ def cpu_op_evidence() -> dict:
         ``emulate=True`` (class (a) has no native kernels, hence no ``native_ms``); None where that class was
         not measured (``bench/bench_plan.py --record`` replaces the classes it ran).
     """
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_op_evidence.json")) as f:
+    with open(os.path.join(_HERE, "cpu_op_evidence.json")) as f:
         return json.load(f)

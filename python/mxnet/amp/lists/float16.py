@@ -80,6 +80,10 @@ FLOAT32_PARAM_KERNELS = ()
 CPU_CLASS_PLANS = {name: ("emulated", "MXNet 1.9.1 has no complete CPU float16 kernels, AVX512-FP16 and AMX-FP16 "
                                       "included") for name in "abcd"}
 
+# Training graphs follow CPU_CLASS_PLANS on every class (see bfloat16.CPU_CLASS_TRAINING_PLANS).
+CPU_CLASS_TRAINING_PLANS = {}
+STORAGE_MOVES = {"cpu": (), "gpu": ()}
+
 # Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why. Only the
 # crash is routed around here: the library's kernels are float32 ops in this list (PROJECT_MATMUL), so a
 # float16 graph holding them would no longer round around them.

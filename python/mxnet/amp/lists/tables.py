@@ -17,8 +17,8 @@ from .groups import PROJECT_MATMUL
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
            "emulation_kernels", "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype",
-           "reads_float32_params", "transpose_swaps",
-           "cpu_class_plan", "native_substitutes", "is_library_kernel", "commutes_with_rounding"]
+           "reads_float32_params", "transpose_swaps", "cpu_class_plan", "native_substitutes",
+           "is_library_kernel", "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -119,6 +119,8 @@ class DtypeTable:
         self.transpose_swaps = MappingProxyType({dev: MappingProxyType(dict(ops))
                                                  for dev, ops in module.TRANSPOSE_SWAPS.items()})
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
+        self.cpu_class_training_plans = MappingProxyType(dict(module.CPU_CLASS_TRAINING_PLANS))
+        self.storage_moves = MappingProxyType({dev: frozenset(ops) for dev, ops in module.STORAGE_MOVES.items()})
 
 
 _TABLES = {}
@@ -424,10 +426,11 @@ def reads_float32_params(dtype: Any, kernel: str) -> bool:
     return kernel in dtype_table(dtype).float32_param_kernels
 
 
-def cpu_class_plan(dtype: Any, class_name: str) -> Tuple[str, str]:
+def cpu_class_plan(dtype: Any, class_name: str, training: bool = False) -> Tuple[str, str]:
     """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
     ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
-    kernels on rounded values), and the measurements that chose it.
+    kernels on rounded values), and the measurements that chose it. ``training``: in training graphs, where the
+    lists give those a plan of their own: ``"storage"`` (low precision tensors on float32 arithmetic).
 
     Raises
     ------
@@ -437,7 +440,8 @@ def cpu_class_plan(dtype: Any, class_name: str) -> Tuple[str, str]:
     plans = dtype_table(dtype).cpu_class_plans
     if class_name not in plans:
         raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, plans))))
-    return plans[class_name]
+    training_plans = dtype_table(dtype).cpu_class_training_plans if training else {}
+    return training_plans.get(class_name, plans[class_name])
 
 
 def is_library_kernel(op: str) -> bool:

@@ -41,11 +41,12 @@
 #include "mxnet/tuple.h"
 #include "nnvm/op.h"
 #include "../kernels/multi_tensor.h"
+#include "backward_inputs.h"
 
 namespace {
 
-using GetAttrMapFn = const dmlc::any* (*)(const std::string&);
-using GetOpFn = const nnvm::Op* (*)(const std::string&);
+using mxnet_amp_nnvm::GetAttrMapFn;
+using mxnet_amp_nnvm::GetOpFn;
 
 GetAttrMapFn g_get_attr_map = nullptr;
 
@@ -321,6 +322,7 @@ extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_pa
     *installed += install(get_op, "amp_multi_cast", "FInferType", make_infer<int, cast_type>(gcc4));
     *installed += install(get_op, "amp_multi_widest_cast", "FInferType", make_infer<int, widest_type>(gcc4));
     *installed += install(get_op, "amp_multi_unscale_check", "FInferType", make_infer<int, flag_type>(gcc4));
+    *installed += mxnet_amp_nnvm::install_backward_inputs(get_op, g_get_attr_map, kPriority);
   } catch (const std::exception& e) {
     error = e.what();
     return error.c_str();

@@ -79,6 +79,8 @@ typedef struct AmpConv {
   int64_t in_size[AMP_CONV_MAX_SPATIAL], out_size[AMP_CONV_MAX_SPATIAL], kernel[AMP_CONV_MAX_SPATIAL];
   int64_t stride[AMP_CONV_MAX_SPATIAL], dilate[AMP_CONV_MAX_SPATIAL], pad[AMP_CONV_MAX_SPATIAL];
   int dtype, out_dtype, bias_dtype, relu;
+  int weight_dtype;      /*!< the weight's: dtype, or float32 beside bfloat16 data where
+                              mxnet_amp_onednn_bf16_primitives() is 0 (the kernels widen every operand there) */
   const void* data;      /*!< forward, backward weights */
   const void* weight;    /*!< forward, backward data */
   const void* bias;      /*!< forward (when bias_dtype >= 0) */
@@ -151,12 +153,19 @@ typedef int (*AmpSoftmaxFn)(const AmpSoftmax* s, char* error, int error_len);
 /*! \brief "oneDNN 3.2.0, cpu isa avx512_core_amx" (a static string). */
 typedef const char* (*AmpOnednnInfoFn)(void);
 
+/*!
+ * \brief 1 where oneDNN 3 creates bfloat16 primitives here (avx512_core and up), 0 where the kernels widen bfloat16
+ *        operands to float32 (widen.h): there a product or convolution takes a float32 weight beside bfloat16 data.
+ */
+typedef int (*AmpBf16PrimitivesFn)(void);
+
 #define AMP_ONEDNN_LIBRARY "libmxnet_amp_onednn.so"
 #define AMP_MATMUL_SYMBOL "mxnet_amp_onednn_matmul"
 #define AMP_CONV_SYMBOL "mxnet_amp_onednn_conv"
 #define AMP_LAYER_NORM_SYMBOL "mxnet_amp_onednn_layer_norm"
 #define AMP_SOFTMAX_SYMBOL "mxnet_amp_onednn_softmax"
 #define AMP_ONEDNN_INFO_SYMBOL "mxnet_amp_onednn_info"
+#define AMP_BF16_PRIMITIVES_SYMBOL "mxnet_amp_onednn_bf16_primitives"
 
 #ifdef __cplusplus
 }

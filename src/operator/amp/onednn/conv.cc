@@ -11,6 +11,7 @@
  * pass. Convolutions with few output positions (the last stages of a ResNet on small images) run as one
  * matrix product instead: conv_gemm.cc. Threads, the primitive cache and scratch memory: common.h.
  */
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include "api.h"
 #include "common.h"
 #include "conv_gemm.h"
+#include "widen.h"
 
 namespace mxnet_amp_onednn {
 namespace {
@@ -183,8 +185,49 @@ void pointers(const AmpConv& c, int arg, const void** read, void** write) {
   }
 }
 
-void run(const AmpConv& c) {
-  const CallTeam team;  // before creating the primitive: it splits work by the team size
+// c on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else c itself.
+AmpConv widened(const AmpConv& c, Widening* w) {
+  if (!Widening::needed({c.dtype, c.out_dtype, c.bias_dtype, c.weight_dtype})) return c;
+  geometry(c);  // checks spatial and groups before the sizes below use them
+  int64_t src = c.batch * c.in_channels, dst = c.batch * c.out_channels;
+  int64_t weights = c.out_channels * (c.in_channels / c.groups);
+  for (int i = 0; i < c.spatial; ++i) {
+    src *= c.in_size[i];
+    dst *= c.out_size[i];
+    weights *= c.kernel[i];
+  }
+  AmpConv f = c;
+  const auto in = [&c, w](const void* p, int64_t n) {
+    int dtype = c.dtype;
+    return w->input(p, &dtype, n);
+  };
+  f.dtype = kFloat32;
+  f.weight = w->input(c.weight, &f.weight_dtype, weights);
+  switch (c.pass) {
+    case AMP_CONV_FORWARD: {
+      f.data = in(c.data, src);
+      f.bias = w->input(c.bias, &f.bias_dtype, c.out_channels);
+      int addend_dtype = c.out_dtype;  // the addend has the output's dtype
+      f.addend = w->input(c.addend, &addend_dtype, dst);
+      f.out = w->output(c.out, &f.out_dtype, dst);
+      break;
+    }
+    case AMP_CONV_BACKWARD_DATA:
+      f.diff_dst = in(c.diff_dst, dst);
+      f.out = w->output(c.out, &f.out_dtype, src);
+      break;
+    case AMP_CONV_BACKWARD_WEIGHTS:
+      f.diff_dst = in(c.diff_dst, dst);
+      f.data = in(c.data, src);
+      f.out = w->output(c.out, &f.out_dtype, weights);
+      f.diff_bias = w->output(c.diff_bias, &f.bias_dtype, c.out_channels);
+      break;
+    default: throw std::invalid_argument("pass must be an AmpConvPass");
+  }
+  return f;
+}
+
+void run_pass(const AmpConv& c) {
   if (conv_gemm_eligible(c)) return conv_gemm_run(c);
   const auto entry = cached<Cached>(conv_key(c), [&c] { return create(c); });
   auto& engine = cpu_engine();
@@ -215,6 +258,74 @@ void run(const AmpConv& c) {
   entry->primitive.execute(stream, args);
   for (auto& r : results) r.first->to_user.execute(stream, args[r.first->arg], r.second);
   stream.wait();
+}
+
+// Images first to first + count of c's batch (pointers moved to them; the weight gradient stays whole).
+AmpConv images(const AmpConv& c, int64_t first, int64_t count, int64_t in_image, int64_t out_image) {
+  AmpConv part = c;
+  part.batch = count;
+  const auto moved = [first](const void* p, int64_t per_image, int dtype) -> const void* {
+    return p == nullptr ? nullptr : static_cast<const char*>(p) + first * per_image * element_bytes(dtype);
+  };
+  part.data = moved(c.data, in_image, c.dtype);
+  part.diff_dst = moved(c.diff_dst, out_image, c.dtype);
+  part.addend = moved(c.addend, out_image, c.out_dtype);
+  if (c.pass != AMP_CONV_BACKWARD_WEIGHTS) {
+    part.out = const_cast<void*>(moved(c.out, c.pass == AMP_CONV_FORWARD ? out_image : in_image, c.out_dtype));
+  }
+  return part;
+}
+
+// c on float32 copies of chunks of its batch (widen.h: kWidenedChunk); the weight (and bias) gradients of the
+// chunks add up in float32.
+void run_widened(const AmpConv& c, const CallTeam& team) {
+  geometry(c);
+  int64_t in_image = c.in_channels, out_image = c.out_channels, weights = c.out_channels * (c.in_channels / c.groups);
+  for (int i = 0; i < c.spatial; ++i) {
+    in_image *= c.in_size[i];
+    out_image *= c.out_size[i];
+    weights *= c.kernel[i];
+  }
+  const int64_t chunk = std::max<int64_t>(1, std::min(c.batch, kWidenedChunk / std::max<int64_t>(
+                                                                    1, std::max(in_image, out_image))));
+  const bool sums = c.pass == AMP_CONV_BACKWARD_WEIGHTS && chunk < c.batch;
+  Widening outer(team.threads());
+  AmpConv whole = c;
+  whole.weight = outer.input(c.weight, &whole.weight_dtype, weights);  // once, not per chunk
+  float* more[2] = {nullptr, nullptr};  // a later chunk's weight and bias gradients, added to the first's
+  if (sums) {
+    whole.out = outer.output(c.out, &whole.out_dtype, weights);
+    whole.diff_bias = outer.output(c.diff_bias, &whole.bias_dtype, c.out_channels);
+    more[0] = outer.scratch(weights);
+    more[1] = c.diff_bias != nullptr ? outer.scratch(c.out_channels) : nullptr;
+  }
+  for (int64_t first = 0; first < c.batch; first += chunk) {
+    AmpConv part = images(whole, first, std::min(chunk, c.batch - first), in_image, out_image);
+    const bool added = sums && first > 0;
+    if (added) {
+      part.out = more[0];
+      part.diff_bias = more[1];
+    }
+    Widening inner(team.threads());
+    run_pass(widened(part, &inner));
+    inner.finish();
+    if (added) {
+      auto* dw = static_cast<float*>(whole.out);
+      for (int64_t i = 0; i < weights; ++i) dw[i] += more[0][i];
+      auto* db = static_cast<float*>(whole.diff_bias);
+      for (int64_t i = 0; more[1] != nullptr && i < c.out_channels; ++i) db[i] += more[1][i];
+    }
+  }
+  outer.finish();
+}
+
+void run(const AmpConv& c) {
+  const CallTeam team;  // before creating the primitive: it splits work by the team size
+  if (Widening::needed({c.dtype, c.out_dtype, c.bias_dtype, c.weight_dtype})) return run_widened(c, team);
+  if (c.weight != nullptr && c.weight_dtype != c.dtype) {
+    throw std::invalid_argument("the weight's dtype must be the data's where oneDNN 3 runs bfloat16 primitives");
+  }
+  run_pass(c);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
  * extension ops plain arrays, and oneDNN's matmul packs the weights internally as it goes. Threads, the
  * primitive cache and scratch memory: common.h.
  */
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "api.h"
 #include "common.h"
+#include "widen.h"
 
 namespace mxnet_amp_onednn {
 namespace {
@@ -80,8 +82,70 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
   return entry;
 }
 
-void run(const AmpMatmul& m) {
+// m on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else m itself.
+AmpMatmul widened(const AmpMatmul& m, Widening* w) {
+  if (!Widening::needed({m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype})) return m;
+  AmpMatmul f = m;
+  f.a = w->input(m.a, &f.a_dtype, span(m.ndims, m.a_dims, m.a_strides));
+  f.b = w->input(m.b, &f.b_dtype, span(m.ndims, m.b_dims, m.b_strides));
+  f.bias = w->input(m.bias, &f.bias_dtype, m.c_dims[m.ndims - 1]);
+  const int64_t c_span = span(m.ndims, m.c_dims, m.c_strides);
+  int addend_dtype = m.c_dtype;  // the addend has C's dtype and strides
+  f.addend = w->input(m.addend, &addend_dtype, c_span);
+  int64_t c_elements = 1;
+  for (int i = 0; i < m.ndims; ++i) c_elements *= m.c_dims[i];
+  f.c = w->output(m.c, &f.c_dtype, c_span, c_span != c_elements);  // gaps between C's rows keep their values
+  return f;
+}
+
+// Rows of C (its first dimension: M of a 2-D product, the batch of a batched one) that a widened chunk covers, or 0
+// where A's and C's first dimension is not their outermost (a transposed operand: a chunk's copy would span the
+// whole tensor anyway) or the product fits one chunk (widen.h: kWidenedChunk).
+int64_t chunk_rows(const AmpMatmul& m) {
+  for (int i = 1; i < m.ndims; ++i) {
+    if (m.a_strides[i] > m.a_strides[0] || m.c_strides[i] > m.c_strides[0]) return 0;
+  }
+  const int64_t row = std::max<int64_t>(1, std::max(m.a_dims[0] > 1 ? m.a_strides[0] : 0, m.c_strides[0]));
+  const int64_t rows = std::max<int64_t>(1, kWidenedChunk / row);
+  return rows < m.c_dims[0] ? rows : 0;
+}
+
+// Rows first to first + count of m's C (and of A, and of B where it has a batch of its own).
+AmpMatmul rows_of(const AmpMatmul& m, int64_t first, int64_t count) {
+  AmpMatmul part = m;
+  const auto moved = [first](const void* p, int64_t stride, int dtype) -> const void* {
+    return p == nullptr ? nullptr : static_cast<const char*>(p) + first * stride * element_bytes(dtype);
+  };
+  part.c_dims[0] = count;
+  part.c = const_cast<void*>(moved(m.c, m.c_strides[0], m.c_dtype));
+  part.addend = moved(m.addend, m.c_strides[0], m.c_dtype);
+  if (m.a_dims[0] > 1) {
+    part.a_dims[0] = count;
+    part.a = moved(m.a, m.a_strides[0], m.a_dtype);
+  }
+  if (m.ndims > 2 && m.b_dims[0] > 1) {  // a batch of B's own (a 2-D product's B has K rows: whole)
+    part.b_dims[0] = count;
+    part.b = moved(m.b, m.b_strides[0], m.b_dtype);
+  }
+  return part;
+}
+
+void run_primitive(const AmpMatmul& m);
+
+void run(const AmpMatmul& original) {
   const CallTeam team;  // before creating the primitive: it splits work by the team size
+  if (!Widening::needed({original.a_dtype, original.b_dtype, original.c_dtype, original.bias_dtype})) {
+    return run_primitive(original);
+  }
+  const int64_t rows = chunk_rows(original), total = original.c_dims[0];
+  for (int64_t first = 0; first < total; first += rows > 0 ? rows : total) {
+    Widening widening(team.threads());
+    run_primitive(widened(rows > 0 ? rows_of(original, first, std::min(rows, total - first)) : original, &widening));
+    widening.finish();
+  }
+}
+
+void run_primitive(const AmpMatmul& m) {
   const auto entry = cached<Cached>(problem_key(m), [&m] { return create(m); });
   auto& engine = cpu_engine();
   std::unordered_map<int, memory> args = {

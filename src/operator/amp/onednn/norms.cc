@@ -16,6 +16,7 @@
 
 #include "api.h"
 #include "common.h"
+#include "widen.h"
 
 namespace mxnet_amp_onednn {
 namespace {
@@ -75,12 +76,32 @@ std::shared_ptr<CachedNorm> create_norm(const AmpLayerNorm& n) {
   return entry;
 }
 
-void run_norm(const AmpLayerNorm& n) {
-  check_rows(n.rows, n.cols);
-  if (n.pass != AMP_ROWS_FORWARD && n.pass != AMP_ROWS_BACKWARD) {
+// n on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else n itself.
+AmpLayerNorm widened(const AmpLayerNorm& n, Widening* w) {
+  if (!Widening::needed({n.src_dtype, n.dst_dtype})) return n;
+  AmpLayerNorm f = n;
+  const int64_t size = n.rows * n.cols;
+  f.src = w->input(n.src, &f.src_dtype, size);
+  if (n.pass == AMP_ROWS_FORWARD) {
+    f.dst = w->output(n.dst, &f.dst_dtype, size);
+  } else {
+    int diff_dtype = n.src_dtype;  // diff_dst and diff_src have the data's dtype
+    f.diff_dst = w->input(n.diff_dst, &diff_dtype, size);
+    diff_dtype = n.src_dtype;
+    f.diff_src = w->output(n.diff_src, &diff_dtype, size);
+    f.dst_dtype = kFloat32;
+  }
+  return f;
+}
+
+void run_norm(const AmpLayerNorm& original) {
+  check_rows(original.rows, original.cols);
+  if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
     throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
   }
   const CallTeam team;  // before creating the primitive: it splits work by the team size
+  Widening widening(team.threads());
+  const AmpLayerNorm n = widened(original, &widening);
   const auto entry = cached<CachedNorm>(norm_key(n), [&n] { return create_norm(n); });
   auto& engine = cpu_engine();
   const auto in = [&engine](const memory::desc& d, const void* p) { return memory(d, engine, const_cast<void*>(p)); };
@@ -102,6 +123,7 @@ void run_norm(const AmpLayerNorm& n) {
   dnnl::stream stream(engine);
   entry->primitive.execute(stream, args);
   stream.wait();
+  widening.finish();
 }
 
 struct CachedSoftmax {
@@ -137,12 +159,31 @@ std::shared_ptr<CachedSoftmax> create_softmax(const AmpSoftmax& s) {
   return entry;
 }
 
-void run_softmax(const AmpSoftmax& s) {
-  check_rows(s.rows, s.cols);
-  if (s.pass != AMP_ROWS_FORWARD && s.pass != AMP_ROWS_BACKWARD) {
+// s on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else s itself.
+AmpSoftmax widened(const AmpSoftmax& s, Widening* w) {
+  if (!Widening::needed({s.src_dtype, s.dst_dtype})) return s;
+  AmpSoftmax f = s;
+  const int64_t size = s.rows * s.cols;
+  if (s.pass == AMP_ROWS_FORWARD) {
+    f.src = w->input(s.src, &f.src_dtype, size);
+    f.dst = w->output(s.dst, &f.dst_dtype, size);
+  } else {  // dst and diff_dst have the output's dtype, diff_src the data's
+    int dtype = s.dst_dtype;
+    f.dst = const_cast<void*>(w->input(s.dst, &dtype, size));
+    f.diff_dst = w->input(s.diff_dst, &f.dst_dtype, size);
+    f.diff_src = w->output(s.diff_src, &f.src_dtype, size);
+  }
+  return f;
+}
+
+void run_softmax(const AmpSoftmax& original) {
+  check_rows(original.rows, original.cols);
+  if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
     throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
   }
   const CallTeam team;
+  Widening widening(team.threads());
+  const AmpSoftmax s = widened(original, &widening);
   const auto entry = cached<CachedSoftmax>(softmax_key(s), [&s] { return create_softmax(s); });
   auto& engine = cpu_engine();
   std::unordered_map<int, memory> args;
@@ -158,6 +199,7 @@ void run_softmax(const AmpSoftmax& s) {
   dnnl::stream stream(engine);
   entry->primitive.execute(stream, args);
   stream.wait();
+  widening.finish();
 }
 
 }  // namespace

@@ -298,7 +298,7 @@ MXReturnValue conv_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
   c.out_dtype = static_cast<int>(y.dtype);
   c.bias_dtype = -1;
   Scratch keep;
-  c.weight = weight_in_dtype((*inputs)[1], c.dtype);  // float32 parameters: converted per call
+  c.weight = weight_in_dtype((*inputs)[1], c.dtype, &c.weight_dtype);  // float32 parameters: converted per call
   c.out = y.data_ptr;
   if (p.deconv) {  // with a bias and a bfloat16 output: the sum in float32, rounded once
     const bool staged = !p.no_bias && c.out_dtype != kFloat32;
@@ -343,7 +343,7 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
   c.dtype = dt;
   c.bias_dtype = -1;
   // Data gradient: the convolution's backward data pass; the deconvolution's is the convolution itself.
-  c.weight = weight_in_dtype((*inputs)[2], dt);
+  c.weight = weight_in_dtype((*inputs)[2], dt, &c.weight_dtype);
   c.out = dx.data_ptr;
   c.out_dtype = static_cast<int>(dx.dtype);
   (p.deconv ? c.data : c.diff_dst) = g;

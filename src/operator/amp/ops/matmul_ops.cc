@@ -183,7 +183,9 @@ MXReturnValue fc_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std:
   if (m == 0 || n == 0) return MX_SUCCESS;
   const int dt = static_cast<int>(x.dtype);
   const View xv = contiguous(x.data_ptr, dt, {m, k});
-  const View wv = contiguous(weight_in_dtype(w, dt), dt, {n, k});  // float32 parameters: converted per call
+  int wdt;
+  void* wp = weight_in_dtype(w, dt, &wdt);  // float32 parameters: converted per call (or read as they are)
+  const View wv = contiguous(wp, wdt, {n, k});
   const View yv = contiguous(y.data_ptr, static_cast<int>(y.dtype), {m, n});
   Epilogue e;
   e.bias = p.no_bias ? nullptr : (*inputs)[2].data_ptr;
@@ -237,7 +239,9 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   const View dy = contiguous(g, dt, {m, n});
   if (k > 0) {
     const View xv = contiguous(x.data_ptr, dt, {m, k});
-    const View wv = contiguous(weight_in_dtype(w, dt), dt, {n, k});
+    int wdt;
+    void* wp = weight_in_dtype(w, dt, &wdt);
+    const View wv = contiguous(wp, wdt, {n, k});
     if (!gemm(kFC, dy, wv, contiguous(dx.data_ptr, static_cast<int>(dx.dtype), {m, k})) ||
         !gemm(kFC, dy.t(), xv, contiguous(dw.data_ptr, static_cast<int>(dw.dtype), {n, k}))) {
       return MX_FAIL;

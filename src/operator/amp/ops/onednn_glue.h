@@ -61,7 +61,7 @@ void* in_dtype(const MXTensor& t, int dtype, Scratch* keep);
  *        asked (the largest weight converted: 4.7 MB in ResNet-18 and a BERT-style encoder's layers); a fresh
  *        allocation per call paid its page faults every time (ResNet-18 training steps 8% slower).
  */
-void* weight_in_dtype(const MXTensor& w, int dtype);
+void* weight_in_dtype(const MXTensor& w, int dtype, int* used);
 
 /*! \brief dy where y > 0, else 0, in dtype (a scratch copy): the gradient through a fused ReLU. */
 void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep);

@@ -18,6 +18,7 @@ struct Backend {
   AmpConvFn conv = nullptr;
   AmpLayerNormFn layer_norm = nullptr;
   AmpSoftmaxFn softmax = nullptr;
+  AmpBf16PrimitivesFn bf16_primitives = nullptr;
   std::string info;
 };
 
@@ -50,11 +51,13 @@ Backend open_backend() {
   b.conv = reinterpret_cast<AmpConvFn>(dlsym(handle, AMP_CONV_SYMBOL));
   b.layer_norm = reinterpret_cast<AmpLayerNormFn>(dlsym(handle, AMP_LAYER_NORM_SYMBOL));
   b.softmax = reinterpret_cast<AmpSoftmaxFn>(dlsym(handle, AMP_SOFTMAX_SYMBOL));
+  b.bf16_primitives = reinterpret_cast<AmpBf16PrimitivesFn>(dlsym(handle, AMP_BF16_PRIMITIVES_SYMBOL));
   if (info == nullptr || b.matmul == nullptr || b.conv == nullptr || b.layer_norm == nullptr ||
-      b.softmax == nullptr) {
+      b.softmax == nullptr || b.bf16_primitives == nullptr) {
     b = Backend();
     b.info = path + " lacks one of the symbols " AMP_MATMUL_SYMBOL " / " AMP_CONV_SYMBOL " / " AMP_LAYER_NORM_SYMBOL
-             " / " AMP_SOFTMAX_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL " (a libmxnet_amp_onednn.so of another version?)";
+             " / " AMP_SOFTMAX_SYMBOL " / " AMP_ONEDNN_INFO_SYMBOL
+             " / " AMP_BF16_PRIMITIVES_SYMBOL " (a libmxnet_amp_onednn.so of another version?)";
     return b;
   }
   b.info = info();
@@ -75,6 +78,11 @@ AmpConvFn onednn_conv() { return backend().conv; }
 AmpLayerNormFn onednn_layer_norm() { return backend().layer_norm; }
 
 AmpSoftmaxFn onednn_softmax() { return backend().softmax; }
+
+bool onednn_bf16_primitives() {
+  static const bool yes = backend().bf16_primitives != nullptr && backend().bf16_primitives() != 0;
+  return yes;
+}
 
 const char* onednn_info() { return backend().info.c_str(); }
 

@@ -29,6 +29,10 @@ AmpSoftmaxFn onednn_softmax();
 /*! \brief "oneDNN 3.2.0, cpu isa ..." when available, else why not. */
 const char* onednn_info();
 
+/*! \brief Whether oneDNN 3 runs bfloat16 primitives here (false where its kernels widen bfloat16 operands, and
+ *         where it is unavailable). */
+bool onednn_bf16_primitives();
+
 }  // namespace mxnet_amp
 
 #endif  // MXNET_AMP_OPS_ONEDNN_LOADER_H_

@@ -1,0 +1,319 @@
+"""bfloat16 storage on float32 arithmetic: training graphs on CPU class (a), and what backward keeps alive.
+
+On CPUs without AVX-512 (class (a)) neither oneDNN creates bfloat16 primitives. Training graphs there keep bfloat16
+tensors all the same (``lists.cpu_class_plan(..., training=True)``): the library's kernels widen bfloat16 operands into float32
+buffers and round their results (src/operator/amp/onednn/widen.h), MXNet's ops run bfloat16 only where the class-(a)
+value probe found them right and they move values without arithmetic (``lists.storage_ops``), and in float32
+between the library's casts elsewhere; a bfloat16 tensor read twice is read through copies (its gradients then add
+up in float32).
+
+Plan tests believe a mocked class-(a) cpuinfo (``MXNET_AMP_CPUINFO``) and run on any CPU. Numerics tests run in a
+child process as class (a): on this CPU where it is one, else under the class-(a) stand-in's ISA caps
+(``cpu.stand_in_env``), which leave both oneDNNs no bfloat16 primitive. References: NumPy in float64 on the
+bfloat16-rounded operands, and MXNet's float32 training step.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxnet import amp
+from mxnet.amp import lists
+from mxnet.amp.core import cpu
+from mxnet.amp.core.policy import make_policy
+from mxnet.amp.graph.rewrite import rewrite_symbol
+from mxnet.amp.graph.infer import infer_entry_dtypes
+from mxnet.amp.graph.symbol_json import to_graph
+
+from amp_testing import cpuinfo_of_class, requires_onednn3
+
+
+def _ops(sym):
+    graph = to_graph(sym)
+    return [(n["op"], n.get("attrs", {})) for n in graph["nodes"] if n["op"] != "null"], graph
+
+
+def _conv_net():
+    x = mx.sym.var("data")
+    y = mx.sym.Convolution(x, mx.sym.var("w"), kernel=(3, 3), num_filter=4, no_bias=True, name="conv")
+    y = mx.sym.BatchNorm(y, name="bn")
+    y = mx.sym.Activation(y, act_type="relu", name="relu")
+    y = mx.sym.Pooling(y, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    y = mx.sym.Activation(y, act_type="sigmoid", name="sig")
+    return mx.sym.FullyConnected(y, mx.sym.var("w2"), num_hidden=3, no_bias=True, name="fc")
+
+
+def _attention():
+    x = mx.sym.var("data")
+    q = mx.sym.FullyConnected(x, mx.sym.var("wq"), num_hidden=8, flatten=False, no_bias=True, name="q")
+    heads = mx.sym.transpose(mx.sym.reshape(q, shape=(0, 0, 2, 4)), axes=(0, 2, 1, 3), name="split")
+    heads = mx.sym.reshape(heads, shape=(-3, 0, 0))
+    att = mx.sym.softmax(mx.sym.batch_dot(heads, heads, transpose_b=True, name="scores"), name="att")
+    o = mx.sym.batch_dot(att, heads, name="ctx")
+    return mx.sym.LayerNorm(mx.sym.reshape(o, shape=(-1, 0, 0)), name="ln")
+
+
+@pytest.fixture
+def class_a(tmp_path, monkeypatch):
+    """The policy believes it runs on a class (a) CPU."""
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, "a"))
+
+
+@requires_onednn3
+def test_training_graphs_on_class_a_keep_bfloat16_on_the_library_kernels(class_a):
+    policy = make_policy("bfloat16")
+    assert policy.for_graph("cpu", inference=False).storage
+    sym, stats = rewrite_symbol(_conv_net(), policy, "cpu", var_shapes={"data": (2, 3, 8, 8)})
+    ops, graph = _ops(sym)
+    names = [op for op, _ in ops]
+    assert "amp_round" not in names and stats.lp16_modes == {"native": 2}
+    conv = next(a for op, a in ops if op == "amp_convolution")
+    assert conv["param_dtype"] == "float32"  # the float32 weight read as it is
+    # the data reaches the convolution in bfloat16; BatchNorm runs on the library's kernel, the ReLU fused into it
+    conv_node = next(n for n in graph["nodes"] if n["op"] == "amp_convolution")
+    cast = graph["nodes"][conv_node["inputs"][0][0]]
+    assert cast["op"] == "amp_multi_cast" and cast["attrs"]["dtype"] == "bfloat16"  # the library's cast
+    bn = next(a for op, a in ops if op == "amp_batch_norm")
+    assert bn.get("act_type") == "relu" and names.count("Activation") == 1  # the ReLU fused, the sigmoid not
+    # MXNet's Pooling and Activation compute no bfloat16 there: float32 between the library's casts
+    for op in ("Pooling", "Activation"):
+        at = names.index(op)
+        assert [names[at - 1], names[at + 1]] == ["amp_multi_cast", "amp_multi_cast"], op
+        assert [ops[at - 1][1]["dtype"], ops[at + 1][1]["dtype"]] == ["float32", "bfloat16"], op
+    assert "amp_cast" not in names and "amp_multicast" not in names  # MXNet's casts: element by element there
+
+
+@requires_onednn3
+def test_attention_on_class_a_runs_the_library_kernels_and_swaps_axes_in_bfloat16(class_a):
+    sym, _ = rewrite_symbol(_attention(), make_policy("bfloat16"), "cpu", var_shapes={"data": (2, 5, 8)})
+    ops, graph = _ops(sym)
+    names = [op for op, _ in ops]
+    assert {"amp_fully_connected", "amp_batch_dot", "amp_softmax", "amp_layer_norm", "SwapAxis"} <= set(names)
+    assert "transpose" not in names and "amp_round" not in names
+    assert ops[names.index("amp_layer_norm")][1]["dtype"] == "float32"  # the graph's output: written float32
+    # the heads, read three times, are read through one float32 cast and a bfloat16 copy per reader
+    dtypes = infer_entry_dtypes(graph, {"data": np.float32, "wq": np.float32})
+    readers = {}
+    for node in graph["nodes"]:
+        for src, idx, _ in node["inputs"]:
+            readers[(src, idx)] = readers.get((src, idx), 0) + 1
+    copies = [n for n in graph["nodes"] if n["op"] == "amp_multi_cast"]
+    assert [c["attrs"]["dtype"] for c in copies] == ["bfloat16", "float32", "bfloat16", "bfloat16", "bfloat16"]
+    assert all(k == 1 for e, k in readers.items() if dtypes.get(e) == "bfloat16" and graph["nodes"][e[0]]["op"] != "null")
+
+
+@requires_onednn3
+def test_inference_and_other_policies_on_class_a_keep_emulation(class_a, monkeypatch):
+    sym, _ = rewrite_symbol(_conv_net(), make_policy("bfloat16"), "cpu", var_shapes={"data": (2, 3, 8, 8)},
+                            inference=True)
+    assert "amp_round" in [op for op, _ in _ops(sym)[0]]
+    for policy in (make_policy("bfloat16", emulate=True), make_policy("bfloat16", kernels="mxnet"),
+                   make_policy("float16")):
+        assert not policy.for_graph("cpu", inference=False).storage
+    assert not make_policy("bfloat16").for_graph("gpu", inference=False).storage
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "1")
+    assert not make_policy("bfloat16").for_graph("cpu", inference=False).storage
+
+
+@pytest.mark.parametrize("cls", "bcd")
+def test_other_classes_plan_training_as_before(tmp_path, monkeypatch, cls):
+    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, cls))
+    assert not make_policy("bfloat16").for_graph("cpu", inference=False).storage
+    assert lists.cpu_class_plan("bfloat16", cls, training=True) == lists.cpu_class_plan("bfloat16", cls)
+
+
+def test_the_storage_lists_follow_the_class_a_value_probe():
+    assert lists.cpu_class_plan("bfloat16", "a", training=True)[0] == "storage"
+    ok = lists.storage_ops("bfloat16", "cpu")
+    verdicts = {op: row["verdict"] for run in lists.storage_evidence()["runs"] for op, row in run["ops"].items()}
+    assert ok == {op for op, v in verdicts.items() if v == "ok"} & set(lists.bfloat16.STORAGE_MOVES["cpu"])
+    # oneDNN's kernels have no bfloat16 primitive on class (a); MXNet's mshadow ones move and compute it right
+    assert verdicts["Activation"] == verdicts["Pooling"] == "error"  # oneDNN's: no bfloat16 primitive there
+    assert verdicts["elemwise_add"] == "ok" and "elemwise_add" not in ok  # right, but arithmetic: float32 islands
+    assert {"Reshape", "SwapAxis", "concat", "slice_axis", "_np_transpose"} <= ok
+    assert ok <= lists.natively_fed_ops("bfloat16", "cpu")
+    assert lists.storage_ops("float16", "cpu") == frozenset() and lists.storage_ops("bfloat16", "gpu") == frozenset()
+    with pytest.raises(ValueError, match="Unknown device_type 'tpu'"):
+        lists.storage_ops("bfloat16", "tpu")
+    with pytest.raises(ValueError, match="Unknown CPU class 'e'"):
+        lists.cpu_class_plan("bfloat16", "e", training=True)
+
+
+def _run_as_class_a(code):
+    """Run ``code`` in a child process as CPU class (a); return the JSON it prints last."""
+    env = dict(os.environ, **cpu.stand_in_env("a"))
+    env.pop("MXNET_AMP_EMULATE", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_WIDENED_KERNELS = """
+import json
+import numpy as np
+import mxnet as mx
+from mxnet import amp, autograd
+from mxnet.amp.base.dtypes import BFLOAT16
+from mxnet.amp.core import library
+
+def bf16_round(values):
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)).view(np.float32)
+
+rng = np.random.RandomState(0)
+x, w = bf16_round(rng.uniform(-1, 1, (64, 48))), rng.uniform(-1, 1, (24, 48)).astype(np.float32)
+img, k = bf16_round(rng.uniform(-1, 1, (2, 4, 9, 9))), rng.uniform(-1, 1, (6, 4, 3, 3)).astype(np.float32)
+low = lambda a: mx.nd.amp_cast(mx.nd.array(a), dtype=BFLOAT16)
+f32 = lambda a: mx.nd.amp_cast(a, dtype=np.float32).asnumpy().astype(np.float64)
+out = {"primitives": library.onednn_bf16()[0]}
+
+xs, ws = low(x), mx.nd.array(w)
+xs.attach_grad(); ws.attach_grad()
+with autograd.record():
+    y = mx.nd.amp_fully_connected(xs, ws, num_hidden=24, no_bias=True, param_dtype="float32")
+y.backward(mx.nd.amp_cast(mx.nd.ones((64, 24)), dtype=BFLOAT16))
+ref = x.astype(np.float64) @ bf16_round(w).astype(np.float64).T  # as on class (c): the weight rounded once
+out["fc"] = float(np.abs(f32(y) - ref).max() / np.abs(ref).max())
+out["fc_dx"] = float(np.abs(f32(xs.grad) - bf16_round(w).sum(0)).max() / 24)
+out["fc_dw"] = float(np.abs(ws.grad.asnumpy() - x.sum(0)).max() / np.abs(x.sum(0)).max())
+out["fc_dtypes"] = [y.dtype == BFLOAT16, ws.grad.dtype == np.float32]
+
+c = mx.nd.amp_convolution(low(img), low(k), kernel=(3, 3), num_filter=6, no_bias=True)
+kr = bf16_round(k).astype(np.float64)
+cref = np.zeros((2, 6, 7, 7))
+for i in range(7):
+    for j in range(7):
+        cref[:, :, i, j] = np.tensordot(img[:, :, i:i + 3, j:j + 3].astype(np.float64), kr, ([1, 2, 3], [1, 2, 3]))
+out["conv"] = float(np.abs(f32(c) - cref).max() / np.abs(cref).max())
+
+rows = bf16_round(rng.uniform(-3, 3, (16, 40)))
+ln = f32(mx.nd.amp_layer_norm(low(rows), mx.nd.ones((40,)), mx.nd.zeros((40,))))
+r64 = rows.astype(np.float64)
+lref = (r64 - r64.mean(1, keepdims=True)) / np.sqrt(r64.var(1, keepdims=True) + 1e-5)
+out["layer_norm"] = float(np.abs(ln - lref).max() / np.abs(lref).max())
+sm = f32(mx.nd.amp_softmax(low(rows)))
+e = np.exp(r64 - r64.max(1, keepdims=True))
+sref = e / e.sum(1, keepdims=True)
+out["softmax"] = float(np.abs(sm - sref).max() / sref.max())
+print(json.dumps(out))
+"""
+
+
+@requires_onednn3
+def test_the_library_kernels_widen_bfloat16_where_onednn_has_no_bfloat16_primitives():
+    """Products, convolutions, LayerNorm and softmax on bfloat16 operands as class (a): float32 arithmetic on the
+    bfloat16 values, each result rounded once (relative error within one bfloat16 rounding of the largest value),
+    float32 weight gradients written directly."""
+    got = _run_as_class_a(_WIDENED_KERNELS)
+    assert got.pop("primitives") is False  # the stand-in (or the CPU) leaves oneDNN 3 no bfloat16 primitive
+    assert got.pop("fc_dtypes") == [True, True]  # a bfloat16 output, the float32 weight's float32 gradient
+    for what, rel in got.items():
+        assert rel <= 2.0 ** -8, (what, rel)
+
+
+_TRAINING_STEP = """
+import json
+import numpy as np
+import mxnet as mx
+from mxnet import amp, autograd, gluon
+
+def net_and_grads(use_amp):
+    mx.random.seed(0)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(8, 3, use_bias=False), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
+            gluon.nn.MaxPool2D(), gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.random.uniform(-1, 1, shape=(8, 3, 10, 10))
+    y = mx.nd.array([0, 1, 2, 3] * 2)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    if use_amp:
+        amp.init_trainer(trainer)
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+    loss.backward()
+    grads = {"%d %s" % (i, k.rsplit("_", 1)[1]): p.grad().asnumpy()
+             for i, (k, p) in enumerate(net.collect_params().items()) if p.grad_req != "null"}
+    ops = sorted({n["op"] for n in json.loads(net._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]})
+    return grads, float(loss.mean().asscalar()), ops
+
+ref, ref_loss, _ = net_and_grads(False)
+amp.init("bfloat16")
+got, loss, ops = net_and_grads(True)
+rel = {k: float(np.abs(got[k] - ref[k]).max() / (np.abs(ref[k]).max() + 1e-12)) for k in ref}
+print(json.dumps({"rel": rel, "loss": [loss, ref_loss], "dtypes": sorted({str(g.dtype) for g in got.values()}),
+                  "ops": ops}))
+"""
+
+
+@requires_onednn3
+def test_a_class_a_training_step_matches_float32_within_bfloat16_rounding():
+    """The storage plan's gradients (bfloat16 activations, float32 weights and gradients) against MXNet's float32
+    step: within a few bfloat16 roundings of each gradient's largest value."""
+    got = _run_as_class_a(_TRAINING_STEP)
+    assert {"amp_convolution", "amp_batch_norm", "amp_fully_connected"} <= set(got["ops"])
+    assert "amp_round" not in got["ops"]  # bfloat16 tensors, not rounded float32 ones
+    assert got["dtypes"] == ["float32"]
+    assert abs(got["loss"][0] - got["loss"][1]) <= 0.02 * abs(got["loss"][1])
+    for name, rel in got["rel"].items():
+        assert rel <= 0.04, (name, rel)
+
+
+def _backward_inputs(sym, **shapes):
+    """{backward node name: its input names} of ``sym``'s gradient graph."""
+    text = sym.simple_bind(mx.cpu(), **shapes).debug_str()
+    nodes, name = {}, None
+    for line in text.splitlines():
+        if line.startswith("Op:"):
+            name = line.split("Name=")[1] if "_backward_amp" in line else None
+            if name:
+                nodes[name] = []
+        elif name and line.strip().startswith("arg["):
+            nodes[name].append(line.split("=", 1)[1].split("(")[0])
+    return nodes
+
+
+@requires_onednn3
+def test_backward_nodes_keep_only_what_their_kernels_read():
+    """lib_api hands an extension op's backward every forward input and output; the installed gradient functions
+    put an output gradient (read anyway) in the slots the kernel never reads, so the graph frees those tensors."""
+    x, w, w2 = mx.sym.var("x"), mx.sym.var("w"), mx.sym.var("w2")
+    h = mx.sym.amp_fully_connected(x, w, num_hidden=4, no_bias=True, name="fc1")
+    relu = mx.sym.amp_fully_connected(h, w2, num_hidden=4, no_bias=True, act_type="relu", name="fc2")
+    att = mx.sym.amp_softmax(relu, name="sm")
+    nodes = _backward_inputs(mx.sym.sum(mx.sym.amp_layer_norm(att, mx.sym.var("g"), mx.sym.var("b"), name="ln")),
+                             x=(3, 5), w=(4, 5), w2=(4, 4), g=(4,), b=(4,))
+    assert nodes["fc1_backward"] == ["fc2_backward", "x", "w", "fc2_backward"]  # fc1's output: not read
+    assert nodes["fc2_backward"][1:] == ["fc1", "w2", "fc2"]  # the fused ReLU masks by its output: kept
+    assert nodes["sm_backward"] == ["ln_backward", "ln_backward", "sm"]  # softmax reads its output, not its data
+    assert nodes["ln_backward"][1:4] == ["sm", "g", "b"] and nodes["ln_backward"][4] != "ln"
+    # a fused residual sum's addend (its gradient is the output's) and a cast's input and output: not read either
+    wide = mx.sym.amp_multi_cast(x, num_args=1, dtype="float32", name="cast")
+    summed = mx.sym.amp_fully_connected(wide, w, x, num_hidden=5, no_bias=True, with_sum=True, name="fcs")
+    nodes = _backward_inputs(mx.sym.sum(summed), x=(3, 5), w=(5, 5))
+    assert nodes["fcs_backward"][1:3] == ["cast", "w"] and nodes["fcs_backward"][3:] == [nodes["fcs_backward"][0]] * 2
+    assert nodes["cast_backward"] == ["fcs_backward"] * 3
+
+
+@requires_onednn3
+def test_gradients_through_the_trimmed_backward_nodes_match_numpy():
+    rng = np.random.RandomState(0)
+    x, w = rng.uniform(-1, 1, (6, 5)).astype(np.float32), rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+    xs, ws = mx.nd.array(x), mx.nd.array(w)
+    xs.attach_grad(), ws.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.amp_softmax(mx.nd.amp_fully_connected(xs, ws, num_hidden=4, no_bias=True))
+    head = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+    y.backward(mx.nd.array(head))
+    z = x.astype(np.float64) @ w.T
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p * (head - (head * p).sum(1, keepdims=True))
+    np.testing.assert_allclose(xs.grad.asnumpy(), dz @ w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ws.grad.asnumpy(), dz.T @ x, rtol=1e-4, atol=1e-5)
