@@ -196,7 +196,8 @@ def library_casts(graph: dict) -> dict:
 
 
 def _cast_node(name: str, entry, to: str) -> dict:
-    """The library's cast of one array (``amp_multi_cast``) of ``entry`` to ``to``."""
+    """The library's cast of one array (``amp_multi_cast``) of ``entry`` to ``to``, named as the rewrite names its
+    casts (``<node>_amp_cast_...``: a precision map counts it in its node's block)."""
     return {"op": "amp_multi_cast", "name": name, "attrs": {"num_args": "1", "dtype": to},
             "inputs": [[entry[0], entry[1], 0]]}
 
@@ -223,12 +224,12 @@ def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keep
         island = (any(low) and node["op"] not in keeps and node["op"] not in CAST_OPS
                   and not node["op"].startswith("amp_"))
         if island:
-            inputs = [(add(_cast_node("%s_in%d_float32" % (node["name"], k), e, "float32")), 0) if is_low else e
-                      for k, (e, is_low) in enumerate(zip(inputs, low))]
+            inputs = [(add(_cast_node("%s_amp_cast_in%d_float32" % (node["name"], k), e, "float32")), 0)
+                      if is_low else e for k, (e, is_low) in enumerate(zip(inputs, low))]
         new_id[nid] = add(dict(node, inputs=[[src, idx, 0] for src, idx in inputs]), counts[nid])
         for idx in range(counts[nid]):
             if island and dtypes.get((nid, idx)) == dtype:
-                remap[(nid, idx)] = (add(_cast_node("%s_out%d_%s" % (node["name"], idx, dtype),
+                remap[(nid, idx)] = (add(_cast_node("%s_amp_cast_out%d_%s" % (node["name"], idx, dtype),
                                                     (new_id[nid], idx), dtype)), 0)
     heads = [remap.get((h[0], h[1]), (new_id[h[0]], h[1])) for h in graph["heads"]]
     return assemble(graph, nodes, new_counts, heads)
@@ -269,14 +270,15 @@ def fanout_copies(graph: dict, var_dtypes: Mapping[str, Any], dtype: str) -> dic
         inputs = []
         for slot, (src, idx, _) in enumerate(node["inputs"]):
             if (src, idx) in fanned:
-                copy = cast("%s_in%d_%s" % (node["name"], slot, dtype), (wide[(src, idx)], 0), dtype)
+                copy = cast("%s_amp_cast_in%d_%s" % (node["name"], slot, dtype), (wide[(src, idx)], 0), dtype)
                 inputs.append([copy, 0, 0])
             else:
                 inputs.append([new_id[src], idx, 0])
         new_id[nid] = add(dict(node, inputs=inputs), counts[nid])
         for idx in range(counts[nid]):
             if (nid, idx) in fanned:
-                wide[(nid, idx)] = cast("%s_out%d_float32" % (node["name"], idx), (new_id[nid], idx), "float32")
+                wide[(nid, idx)] = cast("%s_amp_cast_out%d_float32" % (node["name"], idx), (new_id[nid], idx),
+                                        "float32")
     return assemble(graph, nodes, new_counts, [(new_id[h[0]], h[1]) for h in graph["heads"]])
 
 
