@@ -23,13 +23,14 @@ import pytest
 
 from mxnet import amp
 from mxnet.amp import lists
+from mxnet.amp.base.dtypes import BFLOAT16
 from mxnet.amp.core import cpu
 from mxnet.amp.core.policy import make_policy
 from mxnet.amp.graph.rewrite import rewrite_symbol
 from mxnet.amp.graph.infer import infer_entry_dtypes
 from mxnet.amp.graph.symbol_json import to_graph
 
-from amp_testing import cpuinfo_of_class, requires_onednn3
+from amp_testing import bf16_round, cpuinfo_of_class, requires_onednn3
 
 
 def _ops(sym):
@@ -44,6 +45,7 @@ def _conv_net():
     y = mx.sym.Activation(y, act_type="relu", name="relu")
     y = mx.sym.Pooling(y, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
     y = mx.sym.Activation(y, act_type="sigmoid", name="sig")
+    y = mx.sym.Pooling(y, kernel=(1, 1), pool_type="avg", name="avg")
     return mx.sym.FullyConnected(y, mx.sym.var("w2"), num_hidden=3, no_bias=True, name="fc")
 
 
@@ -80,7 +82,10 @@ def test_training_graphs_on_class_a_keep_bfloat16_on_the_library_kernels(class_a
     assert cast["op"] == "amp_multi_cast" and cast["attrs"]["dtype"] == "bfloat16"  # the library's cast
     bn = next(a for op, a in ops if op == "amp_batch_norm")
     assert bn.get("act_type") == "relu" and names.count("Activation") == 1  # the ReLU fused, the sigmoid not
-    # MXNet's Pooling and Activation compute no bfloat16 there: float32 between the library's casts
+    # max pooling runs on the library's kernel, on the bfloat16 output of BatchNorm
+    pool = next(n for n in graph["nodes"] if n["op"] == "amp_pooling")
+    assert pool["name"] == "pool" and graph["nodes"][pool["inputs"][0][0]]["op"] == "amp_batch_norm"
+    # MXNet's average Pooling and Activation compute no bfloat16 there: float32 between the library's casts
     for op in ("Pooling", "Activation"):
         at = names.index(op)
         assert [names[at - 1], names[at + 1]] == ["amp_multi_cast", "amp_multi_cast"], op
@@ -96,14 +101,15 @@ def test_attention_on_class_a_runs_the_library_kernels_and_swaps_axes_in_bfloat1
     assert {"amp_fully_connected", "amp_batch_dot", "amp_softmax", "amp_layer_norm", "SwapAxis"} <= set(names)
     assert "transpose" not in names and "amp_round" not in names
     assert ops[names.index("amp_layer_norm")][1]["dtype"] == "float32"  # the graph's output: written float32
-    # the heads, read three times, are read through one float32 cast and a bfloat16 copy per reader
+    # the heads, read three times, are read through a copy per reader (amp_fanout adds their gradients)
     dtypes = infer_entry_dtypes(graph, {"data": np.float32, "wq": np.float32})
     readers = {}
     for node in graph["nodes"]:
         for src, idx, _ in node["inputs"]:
             readers[(src, idx)] = readers.get((src, idx), 0) + 1
-    copies = [n for n in graph["nodes"] if n["op"] == "amp_multi_cast"]
-    assert [c["attrs"]["dtype"] for c in copies] == ["bfloat16", "float32", "bfloat16", "bfloat16", "bfloat16"]
+    assert [n["attrs"]["dtype"] for n in graph["nodes"] if n["op"] == "amp_multi_cast"] == ["bfloat16"]  # the data's
+    fanout = next(n for n in graph["nodes"] if n["op"] == "amp_fanout")
+    assert fanout["attrs"]["num_outputs"] == "3" and graph["nodes"][fanout["inputs"][0][0]]["op"] == "Reshape"
     assert all(k == 1 for e, k in readers.items() if dtypes.get(e) == "bfloat16" and graph["nodes"][e[0]]["op"] != "null")
 
 
@@ -223,11 +229,19 @@ import numpy as np
 import mxnet as mx
 from mxnet import amp, autograd, gluon
 
+class Residual(gluon.HybridBlock):  # its input read twice: through amp_fanout's copies
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = gluon.nn.Conv2D(8, 3, padding=1, use_bias=False), gluon.nn.BatchNorm()
+
+    def hybrid_forward(self, F, x):
+        return F.relu(x + self.bn(self.conv(x)))
+
 def net_and_grads(use_amp):
     mx.random.seed(0)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(8, 3, use_bias=False), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
-            gluon.nn.MaxPool2D(), gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
+            gluon.nn.MaxPool2D(), Residual(), gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
     net.initialize(mx.init.Xavier())
     net.hybridize()
     x = mx.nd.random.uniform(-1, 1, shape=(8, 3, 10, 10))
@@ -257,7 +271,7 @@ def test_a_class_a_training_step_matches_float32_within_bfloat16_rounding():
     """The storage plan's gradients (bfloat16 activations, float32 weights and gradients) against MXNet's float32
     step: within a few bfloat16 roundings of each gradient's largest value."""
     got = _run_as_class_a(_TRAINING_STEP)
-    assert {"amp_convolution", "amp_batch_norm", "amp_fully_connected"} <= set(got["ops"])
+    assert {"amp_convolution", "amp_batch_norm", "amp_fully_connected", "amp_pooling", "amp_fanout"} <= set(got["ops"])
     assert "amp_round" not in got["ops"]  # bfloat16 tensors, not rounded float32 ones
     assert got["dtypes"] == ["float32"]
     assert abs(got["loss"][0] - got["loss"][1]) <= 0.02 * abs(got["loss"][1])
@@ -299,6 +313,11 @@ def test_backward_nodes_keep_only_what_their_kernels_read():
     nodes = _backward_inputs(mx.sym.sum(summed), x=(3, 5), w=(5, 5))
     assert nodes["fcs_backward"][1:3] == ["cast", "w"] and nodes["fcs_backward"][3:] == [nodes["fcs_backward"][0]] * 2
     assert nodes["cast_backward"] == ["fcs_backward"] * 3
+    # max pooling recomputes each window's choice from its data: its output is not read
+    pooled = mx.sym.amp_pooling(mx.sym.amp_multi_cast(x, num_args=1, dtype="float32", name="wide"), kernel=(2, 2),
+                                name="pool")
+    nodes = _backward_inputs(mx.sym.sum(mx.sym.exp(pooled, name="e")), x=(2, 3, 4, 4))
+    assert nodes["pool_backward"] == ["e_backward", "wide", "e_backward"]
 
 
 @requires_onednn3
@@ -317,3 +336,47 @@ def test_gradients_through_the_trimmed_backward_nodes_match_numpy():
     dz = p * (head - (head * p).sum(1, keepdims=True))
     np.testing.assert_allclose(xs.grad.asnumpy(), dz @ w, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ws.grad.asnumpy(), dz.T @ x, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_fanout_copies_its_data_and_adds_its_gradients_in_float32(dtype):
+    rng = np.random.RandomState(1)
+    values = rng.uniform(-1, 1, (3, 5000)).astype(np.float32)  # more than one block of sums
+    heads = [rng.uniform(-1, 1, values.shape).astype(np.float32) for _ in range(3)]
+    cast = (lambda a: mx.nd.amp_cast(a, dtype=BFLOAT16)) if dtype == "bfloat16" else (lambda a: a)
+    if dtype == "bfloat16":
+        values, heads = bf16_round(values), [bf16_round(h) for h in heads]
+    x = cast(mx.nd.array(values))
+    x.attach_grad()
+    with mx.autograd.record():
+        copies = mx.nd.amp_fanout(x, num_outputs=3)
+    assert all(c.dtype == x.dtype for c in copies)
+    for c in copies:
+        np.testing.assert_array_equal(mx.nd.amp_cast(c, dtype=np.float32).asnumpy(), values)
+    mx.autograd.backward(list(copies), [cast(mx.nd.array(h)) for h in heads])
+    want = (heads[0] + heads[1]) + heads[2]  # float32 sums, in order, rounded once
+    got = mx.nd.amp_cast(x.grad, dtype=np.float32).asnumpy()
+    np.testing.assert_array_equal(got, bf16_round(want) if dtype == "bfloat16" else want)
+
+
+def test_a_fanout_names_a_bad_count_and_a_mismatched_gradient():
+    with pytest.raises(mx.base.MXNetError, match=r"num_outputs must be an integer in \[1, 1024\] \(got '0'\)"):
+        mx.nd.amp_fanout(mx.nd.ones((2,)), num_outputs=0)
+    x = mx.nd.amp_cast(mx.nd.ones((4,)), dtype=BFLOAT16)
+    x.attach_grad()
+    with mx.autograd.record():
+        a, b = mx.nd.amp_fanout(x, num_outputs=2)
+    with pytest.raises(mx.base.MXNetError, match=r"output gradient 0 \(float32, 4 elements\) must have the data's "
+                                                 r"dtype and size \(bfloat16, 4\)"):
+        mx.autograd.backward([a, b], [mx.nd.ones((4,)), mx.nd.amp_cast(mx.nd.ones((4,)), dtype=BFLOAT16)])
+        x.grad.wait_to_read()
+
+
+@requires_onednn3
+def test_a_fanouts_backward_keeps_no_tensor():
+    x = mx.sym.var("x")
+    a, b = mx.sym.amp_fanout(mx.sym.exp(x, name="e"), num_outputs=2, name="fan")
+    nodes = _backward_inputs(mx.sym.sum(mx.sym.sin(a, name="s") + mx.sym.cos(b, name="c")), x=(3, 4))
+    assert len(nodes["fan_backward"]) == 5 and len(set(nodes["fan_backward"][2:])) == 1
+    assert nodes["fan_backward"][2] in nodes["fan_backward"][:2]  # data and copies: the first output gradient
+

@@ -4,16 +4,16 @@ is read (in training graphs: the graph's outputs), and in inference graphs GELUs
 post-ops."""
 import functools
 import itertools
-from typing import Any, FrozenSet, Mapping
+from typing import Any, Callable, FrozenSet, Mapping, Optional
 
 from ..core.policy import NEUTRAL, Policy
 from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
 from .builder import RewriteStats
 from .infer import infer_entry_dtypes
-from .symbol_json import CAST_OPS, assemble, compact, entry_uses, num_outputs
+from .symbol_json import CAST_OPS, NodeList, compact, entry_uses, num_outputs
 
 __all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs", "drop_noop_casts", "library_casts",
-           "float32_islands", "fanout_copies"]
+           "storage_kernels", "float32_islands", "fanout_copies"]
 
 #: Library kernels -> the activations they fuse (``act_type``) in inference and in training graphs (a fused GELU
 #: has no gradient), and those with a fused residual sum (``with_sum``).
@@ -202,6 +202,22 @@ def _cast_node(name: str, entry, to: str) -> dict:
             "inputs": [[entry[0], entry[1], 0]]}
 
 
+def storage_kernels(graph: dict, var_dtypes: Mapping[str, Any], dtype: str,
+                    kernel_of: Callable[[str, Mapping[str, str]], Optional[str]]) -> dict:
+    """Dtype-neutral nodes reading ``dtype`` data run on the library kernel ``kernel_of(op, attrs)`` names, where it
+    names one (``lists.storage_kernel``: 2-D max ``Pooling`` -> ``amp_pooling``), in place of a float32 island, for
+    graphs storing ``dtype`` on float32 arithmetic (:meth:`~mxnet.amp.core.policy.Policy.for_graph`). Same inputs,
+    attributes and outputs; run before :func:`float32_islands`."""
+    dtypes = infer_entry_dtypes(graph, var_dtypes)
+
+    def routed(node):
+        kernel = kernel_of(node["op"], node.get("attrs", {})) if node["op"] != "null" else None
+        if kernel is None or dtypes.get(tuple(node["inputs"][0][:2])) != dtype:
+            return node
+        return dict(node, op=kernel)
+    return dict(graph, nodes=[routed(node) for node in graph["nodes"]])
+
+
 def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keeps: FrozenSet[str]) -> dict:
     """MXNet ops outside ``keeps`` that read ``dtype`` tensors run in float32 between the library's casts (each
     ``dtype`` input cast to float32, each ``dtype`` output cast back), for graphs storing ``dtype`` on float32
@@ -212,12 +228,8 @@ def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keep
     """
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     counts = num_outputs(graph)
-    new_id, remap, nodes, new_counts = {}, {}, [], []
-
-    def add(node, count=1):
-        nodes.append(node)
-        new_counts.append(count)
-        return len(nodes) - 1
+    new_id, remap, nodes = {}, {}, NodeList()
+    add = nodes.add
     for nid, node in enumerate(graph["nodes"]):
         inputs = [remap.get((src, idx), (new_id.get(src), idx)) for src, idx, _ in node["inputs"]]
         low = [dtypes.get((src, idx)) == dtype for src, idx, _ in node["inputs"]]
@@ -231,55 +243,45 @@ def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keep
             if island and dtypes.get((nid, idx)) == dtype:
                 remap[(nid, idx)] = (add(_cast_node("%s_amp_cast_out%d_%s" % (node["name"], idx, dtype),
                                                     (new_id[nid], idx), dtype)), 0)
-    heads = [remap.get((h[0], h[1]), (new_id[h[0]], h[1])) for h in graph["heads"]]
-    return assemble(graph, nodes, new_counts, heads)
+    return nodes.graph(graph, [remap.get((h[0], h[1]), (new_id[h[0]], h[1])) for h in graph["heads"]])
 
 
 def fanout_copies(graph: dict, var_dtypes: Mapping[str, Any], dtype: str) -> dict:
-    """Each computed ``dtype`` tensor read more than once is read through copies of its own: a float32 cast read by
-    one cast back per reader (the library's ``amp_multi_cast``, exact both ways), for graphs storing ``dtype`` on
-    float32 arithmetic (:meth:`~mxnet.amp.core.policy.Policy.for_graph`).
+    """Each computed ``dtype`` tensor read more than once is read through copies of its own, one per reader, made by
+    the library's ``amp_fanout``, for graphs storing ``dtype`` on float32 arithmetic
+    (:meth:`~mxnet.amp.core.policy.Policy.for_graph`).
 
     MXNet's backward sums the gradients of a tensor's readers with ``add_n``, which has no oneDNN kernel there and adds
-    bfloat16 element by element: 119 ms for 524 288 values against 0.47 ms in float32 (AMD EPYC class (a),
-    2026-12-06), half of a ResNet-18 step and of a BERT-style encoder's. Through the copies it sums float32 gradients.
-    The float32 cast is freed once its copies exist (a cast's backward keeps no tensor); a reader that keeps its input
-    for backward keeps its own bfloat16 copy.
+    bfloat16 element by element: 538 ms for 2 M values against 2 ms in float32 (AMD EPYC class (a), 2026-12-06),
+    more than ResNet-18's whole step. ``amp_fanout``'s backward adds its copies' gradients in float32 and rounds once;
+    it keeps no tensor for backward (nnvm/backward_inputs.cc). A reader that keeps its input for backward keeps its
+    own copy.
     """
     dtypes = infer_entry_dtypes(graph, var_dtypes)
-    readers = {}
-    for nid, node in enumerate(graph["nodes"]):
-        for slot, (src, idx, _) in enumerate(node["inputs"]):
-            readers.setdefault((src, idx), []).append((nid, slot))
+    readers = entry_uses(graph)
     heads = {tuple(h[:2]) for h in graph["heads"]}
-    fanned = {e for e, r in readers.items() if len(r) > 1 and e not in heads and dtypes.get(e) == dtype
+    fanned = {e for e, k in readers.items() if k > 1 and e not in heads and dtypes.get(e) == dtype
               and graph["nodes"][e[0]]["op"] != "null"}
     if not fanned:
         return graph
     counts = num_outputs(graph)
-    new_id, nodes, new_counts, wide = {}, [], [], {}
-
-    def add(node, count=1):
-        nodes.append(node)
-        new_counts.append(count)
-        return len(nodes) - 1
-
-    def cast(name, src, to):
-        return add(_cast_node(name, src, to))
+    new_id, nodes, fans, taken = {}, NodeList(), {}, {}
+    add = nodes.add
     for nid, node in enumerate(graph["nodes"]):
         inputs = []
-        for slot, (src, idx, _) in enumerate(node["inputs"]):
+        for src, idx, _ in node["inputs"]:
             if (src, idx) in fanned:
-                copy = cast("%s_amp_cast_in%d_%s" % (node["name"], slot, dtype), (wide[(src, idx)], 0), dtype)
-                inputs.append([copy, 0, 0])
+                copy = taken[(src, idx)] = taken.get((src, idx), -1) + 1
+                inputs.append([fans[(src, idx)], copy, 0])
             else:
                 inputs.append([new_id[src], idx, 0])
         new_id[nid] = add(dict(node, inputs=inputs), counts[nid])
         for idx in range(counts[nid]):
             if (nid, idx) in fanned:
-                wide[(nid, idx)] = cast("%s_amp_cast_out%d_float32" % (node["name"], idx), (new_id[nid], idx),
-                                        "float32")
-    return assemble(graph, nodes, new_counts, [(new_id[h[0]], h[1]) for h in graph["heads"]])
+                fans[(nid, idx)] = add({"op": "amp_fanout", "name": "%s_amp_fanout_out%d" % (node["name"], idx),
+                                        "attrs": {"num_outputs": str(readers[(nid, idx)])},
+                                        "inputs": [[new_id[nid], idx, 0]]}, readers[(nid, idx)])
+    return nodes.graph(graph, [(new_id[h[0]], h[1]) for h in graph["heads"]])
 
 
 def drop_noop_casts(graph: dict, var_dtypes: Mapping[str, Any], stats: RewriteStats) -> dict:

@@ -60,7 +60,7 @@ def data_path(nodes: Sequence[Node]) -> Tuple[List[Node], int, int]:
 def _block(name):
     """The block a Gluon node name belongs to: the name without its layer (``resnetv10_stage1_conv0_fwd`` ->
     ``resnetv10_stage1``); None for names that carry no block (oneDNN fused nodes ``sg_mkldnn_*``)."""
-    name = re.sub(r"_amp_(cast|round|multicast)(_\w+)?$", "", name)  # AMP's casts belong to their source
+    name = re.sub(r"_amp_(cast|round|multicast|fanout)(_\w+)?$", "", name)  # AMP's casts and copies: their source's
     if name.startswith("sg_"):
         return None
     parts = [p for p in name.split("_") if p and p not in ("fwd", "output")]

@@ -7,6 +7,7 @@ dtype)``, so a tensor read by many nodes (a weight shared by a block that is app
 cast once; a cast of a cast looks through to the original tensor, so no ``fp32 -> lp16 -> fp32`` chains appear;
 tensors already of the wanted dtype, and integer tensors, are not cast. The passes of :mod:`.postops` finish.
 """
+import functools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -20,7 +21,7 @@ from .builder import CastBuilder, RewriteStats
 from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node
 from .postops import (drop_noop_casts, fanout_copies, float32_islands, float32_library_outputs, fuse_activation,
-                      fuse_scale, fuse_sum, library_casts)
+                      fuse_scale, fuse_sum, library_casts, storage_kernels)
 from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
@@ -181,6 +182,8 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     out = fuse_scale(drop_noop_casts(out, var_dtypes, rewrite.build.stats))
     out = fuse_activation(fuse_sum(out, var_dtypes), training=not inference)
     if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
+        out = storage_kernels(out, var_dtypes, policy.target_dtype,
+                              functools.partial(lists.storage_kernel, policy.target_dtype, device_type))
         out = float32_islands(out, var_dtypes, policy.target_dtype, lists.storage_ops(policy.target_dtype, device_type))
         out = fanout_copies(library_casts(out), var_dtypes, policy.target_dtype)
     return out, rewrite.build.stats

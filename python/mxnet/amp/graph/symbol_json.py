@@ -13,7 +13,7 @@ import mxnet as mx
 from ..base.dtypes import TYPE_CODES, dtype_name
 
 __all__ = ["CAST_OPS", "MODE_NODE", "Entry", "is_mode_node", "to_graph", "to_symbol", "num_outputs", "entry_uses",
-           "assemble", "compact", "drop_rounding", "with_var_dtypes", "record_shapes"]
+           "assemble", "NodeList", "compact", "drop_rounding", "with_var_dtypes", "record_shapes"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -70,6 +70,23 @@ def assemble(graph: dict, nodes: List[dict], counts: Sequence[int], heads: Itera
         ptr.append(ptr[-1] + n)
     return dict(graph, nodes=nodes, heads=[[nid, idx, 0] for nid, idx, *_ in heads], node_row_ptr=ptr,
                 arg_nodes=[i for i, n in enumerate(nodes) if n["op"] == "null"])
+
+
+class NodeList:
+    """The nodes of a graph being rebuilt, each with its number of outputs: :meth:`add` returns a node's new id,
+    :meth:`graph` assembles them (:func:`assemble`)."""
+
+    def __init__(self) -> None:
+        self.nodes: List[dict] = []
+        self.counts: List[int] = []
+
+    def add(self, node: dict, count: int = 1) -> int:
+        self.nodes.append(node)
+        self.counts.append(count)
+        return len(self.nodes) - 1
+
+    def graph(self, like: dict, heads: Iterable[Sequence[int]]) -> dict:
+        return assemble(like, self.nodes, self.counts, heads)
 
 
 def compact(graph: dict, dropped: Set[int], alias: Mapping[Entry, Entry]) -> dict:

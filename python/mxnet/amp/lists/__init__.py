@@ -31,7 +31,8 @@ from .tables import (CATEGORIES, DTYPES, LOSS_SCALE_ATTR, alias_groups, category
                      library_kernels, native_lp16_ops, native_substitutes, neutral_kernels, normalize_dtype, reason,
                      reads_float32_params, registered_forward_ops, stats_kernels, stats_output_dtype,
                      transpose_swaps)
-from .evidence import BAD_VERDICTS, cpu_op_evidence, native_evidence, natively_fed_ops, storage_evidence, storage_ops
+from .evidence import (BAD_VERDICTS, cpu_op_evidence, native_evidence, natively_fed_ops, storage_evidence,
+                       storage_kernel, storage_ops)
 from .upstream import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
                        list_lp16_ops, list_lp16_use_fp32_params, list_widest_type_cast, upstream_lists)
 from . import symbol_bf16, symbol_fp16  # upstream's list modules, derived from the tables
@@ -41,6 +42,7 @@ __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "catego
            "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps",
            "cpu_class_plan", "native_substitutes", "is_library_kernel",
            "commutes_with_rounding", "natively_fed_ops", "native_evidence", "storage_evidence", "storage_ops",
+           "storage_kernel",
            "cpu_op_evidence", "BAD_VERDICTS", "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops",
            "list_conditional_fp32_ops", "list_widest_type_cast", "list_loss_output_functions",
            "list_lp16_use_fp32_params", "upstream_lists", "symbol_fp16", "symbol_bf16"]

@@ -37,7 +37,7 @@ NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.EL
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
            g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
-           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT)
+           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -127,6 +127,21 @@ STORAGE_MOVES = {
             "BlockGrad", "stop_gradient", "depth_to_space", "space_to_depth", "SequenceReverse", "reverse", "flip",
             "_npi_flip"),
     "gpu": (),
+}
+
+# Dtype-neutral op -> the library kernel that runs it on bfloat16 data in training graphs storing bfloat16 on float32
+# arithmetic (CPU_CLASS_TRAINING_PLANS), in place of a float32 island, where the node's attributes are among those
+# the kernel takes (STORAGE_KERNEL_TAKES). MXNet 1.9.1's Pooling fails on bfloat16 data there ("could not create a
+# primitive descriptor iterator"), and the float32 island around it kept the float32 data for backward: 33.5 MB
+# behind ResNet-18's stem at batch 128 of 64x64 images (AMD EPYC, class (a), 2026-12-06). A max pooling writes
+# values of its input, so amp_pooling pools bfloat16 exactly and keeps only its bfloat16 data.
+STORAGE_KERNELS = {"cpu": {"Pooling": "amp_pooling", "_npx_pooling": "amp_pooling"}, "gpu": {}}
+
+# Library kernel -> what it takes of its op's attributes: the values of a choice (the first is the op's default,
+# taken for an absent attribute), or the length of a tuple.
+STORAGE_KERNEL_TAKES = {
+    "amp_pooling": {"pool_type": ("max",), "pooling_convention": ("valid", "full"), "layout": ("None", "NCHW"),
+                    "kernel": 2},
 }
 
 # MXNet op -> the library kernel that runs it where it is emulated (float32 on rounded values), per device type.
@@ -229,6 +244,10 @@ REASONS = g.REASONS + (
      "this project's Dropout (libmxnet_amp): runs in its data's dtype (float32 or bfloat16) and reads the graph's "
      "mode; the rewriter puts it in place of Dropout in training graphs where the CPU runs bfloat16 natively "
      "(NEUTRAL_KERNELS)"),
+    (g.PROJECT_STORAGE,
+     "this project's max pooling and fan-out copies (libmxnet_amp): run in their data's dtype (float32 or bfloat16); "
+     "the rewriter puts them in training graphs storing bfloat16 on float32 arithmetic (STORAGE_KERNELS, "
+     "graph.postops.fanout_copies)"),
     (g.PROJECT_SOFTMAX,
      "this project's softmax and log-softmax over the last axis (libmxnet_amp): float32 math on float32 or "
      "bfloat16 data, output in its dtype attribute or the data's; the rewriter puts them in place of softmax "

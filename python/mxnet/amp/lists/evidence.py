@@ -3,14 +3,16 @@ per-op timings behind each CPU class's plan (JSON files beside this module, writ
 ``bench/bench_plan.py``).
 """
 import functools
+import importlib
 import json
 import os
-from typing import Any, FrozenSet
+from typing import Any, FrozenSet, Mapping, Optional
 
 from .groups import GPU_BUILD_ONLY
-from .tables import dtype_table, native_lp16_ops
+from .tables import dtype_table, native_lp16_ops, normalize_dtype
 
-__all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "storage_evidence", "storage_ops", "cpu_op_evidence"]
+__all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "storage_evidence", "storage_ops", "storage_kernel",
+           "cpu_op_evidence"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,6 +89,33 @@ def storage_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
         raise ValueError("Unknown device_type %r: expected one of %s" % (device_type, ", ".join(map(repr, moves))))
     return frozenset(op for run in storage_evidence()["runs"] for op, row in run["ops"].items()
                      if row["verdict"] == "ok" and op in moves[device_type])
+
+
+def storage_kernel(dtype: Any, device_type: str, op: str, attrs: Mapping[str, str]) -> Optional[str]:
+    """Return the library op that runs dtype-neutral ``op`` with attributes ``attrs`` on ``dtype`` data in training
+    graphs storing ``dtype`` on float32 arithmetic on ``device_type`` (``Pooling`` -> ``amp_pooling`` for 2-D max
+    pooling), or None where it has none or does not take those attributes.
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or device type.
+    """
+    module = importlib.import_module("." + normalize_dtype(dtype), __package__)  # the dtype's data module
+    if device_type not in module.STORAGE_KERNELS:
+        raise ValueError("Unknown device_type %r: expected one of %s"
+                         % (device_type, ", ".join(map(repr, sorted(module.STORAGE_KERNELS)))))
+    kernel = module.STORAGE_KERNELS[device_type].get(op)
+    if kernel is None:
+        return None
+    for key, takes in module.STORAGE_KERNEL_TAKES[kernel].items():
+        if isinstance(takes, int):
+            value = attrs.get(key, "()").strip("()[] ")
+            if len([v for v in value.split(",") if v.strip()]) != takes:
+                return None
+        elif attrs.get(key, takes[0]) not in takes:
+            return None
+    return kernel
 
 
 @functools.lru_cache(maxsize=None)

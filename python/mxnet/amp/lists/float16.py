@@ -25,7 +25,7 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED + g.ONEDNN_FUSE
         g.KL_SPARSITY_REGULARIZER + g.LOSSES + g.FP16_RANGE + g.EXP_LOG_POW + g.TRANSCENDENTAL +
         g.REDUCTIONS + g.SORT + g.FP32_INDEX_KERNELS + g.CROP + g.RANDOM_DENSITY + g.CUSTOM +
         g.QUANTIZE + g.QUANTIZED + g.DETECTION + g.SPATIAL_SAMPLING + g.NUMPY_HYPOT + g.AROUND +
-        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT)
+        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE)
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE +
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
@@ -83,6 +83,8 @@ CPU_CLASS_PLANS = {name: ("emulated", "MXNet 1.9.1 has no complete CPU float16 k
 # Training graphs follow CPU_CLASS_PLANS on every class (see bfloat16.CPU_CLASS_TRAINING_PLANS).
 CPU_CLASS_TRAINING_PLANS = {}
 STORAGE_MOVES = {"cpu": (), "gpu": ()}
+STORAGE_KERNELS = {"cpu": {}, "gpu": {}}
+STORAGE_KERNEL_TAKES = {}
 
 # Kernels for emulated ops: float16 on CPU is always emulated; see bfloat16.EMULATION_KERNELS for why. Only the
 # crash is routed around here: the library's kernels are float32 ops in this list (PROJECT_MATMUL), so a
@@ -102,6 +104,8 @@ REASONS = g.REASONS + (
      "float16 kernel: fp32"),
     (g.PROJECT_DROPOUT, "this project's Dropout (libmxnet_amp): float32 or bfloat16 data only, no float16 kernel: "
                         "fp32"),
+    (g.PROJECT_STORAGE, "this project's max pooling and fan-out copies (libmxnet_amp): float32 or bfloat16 data only, "
+                        "no float16 kernel: fp32"),
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),
     (g.BLAS_MATMUL, "matmul-like: cuBLAS/tensor-core GEMM in fp16 with fp32 accumulation"),
     (g.ATTENTION_GEMM, "attention GEMM (cuBLAS strided batched GEMM) in fp16"),

@@ -444,13 +444,15 @@ UNPREFIXED_BACKWARD = (
 # This project's ops (libmxnet_amp, :mod:`mxnet.amp.base.op_names`): the multi-tensor ops; BatchNorm (float32,
 # float16 or bfloat16 data, float32 parameters and statistics); the oneDNN 3 matrix products and convolutions
 # (float32 or bfloat16 operands); LayerNorm, softmax and log-softmax over the last axis (float32 or bfloat16 data,
-# float32 statistics and parameters); Dropout (float32 or bfloat16 data).
+# float32 statistics and parameters); Dropout (float32 or bfloat16 data); max pooling and fan-out copies (float32 or
+# bfloat16 data, for training graphs storing bfloat16 on float32 arithmetic).
 PROJECT_OPS = op_names.MULTI_TENSOR_OPS
 PROJECT_BATCH_NORM = op_names.BATCH_NORM_OPS
 PROJECT_MATMUL = op_names.MATMUL_OPS
 PROJECT_LAYER_NORM = op_names.LAYER_NORM_OPS
 PROJECT_SOFTMAX = op_names.SOFTMAX_OPS
 PROJECT_DROPOUT = op_names.DROPOUT_OPS
+PROJECT_STORAGE = op_names.STORAGE_OPS
 
 # -------------------- domain-specific -------------------------------------------------------------
 

@@ -44,6 +44,28 @@ void convert_into(void* dst, int dst_dtype, const void* src, int src_dtype, int6
   });
 }
 
+void sum_arrays(void* dst, int dst_dtype, const void* const* srcs, int n_srcs, int src_dtype, int64_t n,
+                int threads) {
+  constexpr int64_t kBlock = 4096;  // a block's float32 sums stay in L1 while each source is added
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  typed(dst, dst_dtype, [&](auto* d) {
+    typed(srcs[0], src_dtype, [&](const auto* first) {
+      using Src = typename std::remove_pointer<decltype(first)>::type;
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (int64_t b = 0; b < blocks; ++b) {
+        float acc[kBlock];
+        const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+        for (int64_t i = 0; i < count; ++i) acc[i] = get(first, begin + i);
+        for (int k = 1; k < n_srcs; ++k) {
+          const Src* s = static_cast<const Src*>(srcs[k]);
+          for (int64_t i = 0; i < count; ++i) acc[i] += get(s, begin + i);
+        }
+        for (int64_t i = 0; i < count; ++i) put(d, begin + i, acc[i]);
+      }
+    });
+  });
+}
+
 void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const void* y, int y_dtype, int64_t n,
                int threads) {
   typed(dst, dst_dtype, [&](auto* d) {

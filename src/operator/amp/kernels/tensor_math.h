@@ -45,6 +45,10 @@ void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const voi
 void column_sums(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t rows, int64_t cols,
                  int threads);
 
+/*! \brief dst[i] = the sum of srcs[k][i] over k < n_srcs, i < n, added in float32 and rounded once. */
+void sum_arrays(void* dst, int dst_dtype, const void* const* srcs, int n_srcs, int src_dtype, int64_t n,
+                int threads);
+
 /*! \brief Sets the n elements of dst to 0. */
 void zero_fill(void* dst, int dtype, int64_t n, int threads);
 

@@ -36,7 +36,8 @@ namespace {
  *        only where it has that value (with_sum=True: the last input is the fused residual sum's addend, whose
  *        gradient is the output's). It is replaced by output gradient `grad`, which has its shape. kEvery (input and
  *        output): every input i and output i, each replaced by output gradient i (a cast's backward reads the
- *        gradients alone).
+ *        gradients alone). kAll (input and output): every input and output, each replaced by output gradient 0 (a
+ *        fan-out's copies and data all have its shape).
  */
 struct Unread {
   const char* op;
@@ -49,10 +50,12 @@ struct Unread {
 
 constexpr int kEvery = -2;
 constexpr int kLast = -3;
+constexpr int kAll = -4;
 
 const Unread kUnread[] = {
     {"amp_multi_cast", kEvery, kEvery, 0, nullptr, nullptr},
     {"amp_multi_widest_cast", kEvery, kEvery, 0, nullptr, nullptr},
+    {"amp_fanout", kAll, kAll, 0, nullptr, nullptr},
     {"amp_fully_connected", -1, 0, 0, "act_type", "relu"},
     {"amp_fully_connected", kLast, -1, 0, "with_sum", "True"},
     {"amp_convolution", kLast, -1, 0, "with_sum", "True"},
@@ -71,6 +74,7 @@ const Unread kUnread[] = {
     {"amp_log_softmax", 0, -1, 0, nullptr, nullptr},
     {"amp_dropout", 0, -1, 0, nullptr, nullptr},      // the mask (output 1) and the mode are read
     {"amp_dropout", -1, 0, 0, nullptr, nullptr},
+    {"amp_pooling", -1, 0, 0, nullptr, nullptr},      // the data is read: the choice is recomputed from it
 };
 
 // The gradient functions lib_api registered, by op (copied before the wrappers replace them).
@@ -132,6 +136,10 @@ std::vector<nnvm::NodeEntry> trimmed(const std::string& op, const nnvm::ObjectPt
     if (op != u.op || !applies(u, node->attrs)) continue;
     if (u.input == kEvery) {  // input i and output i have output gradient i's shape (n_in == n_out)
       for (size_t i = 0; i < n_out && n_in == n_out; ++i) in[n_out + i] = in[n_out + n_in + i] = ograds[i];
+      continue;
+    }
+    if (u.input == kAll) {
+      for (size_t i = 0; i < n_in + n_out && n_out > 0; ++i) in[n_out + i] = ograds[0];
       continue;
     }
     if (static_cast<size_t>(u.grad) >= n_out) continue;

@@ -46,32 +46,6 @@ struct ConvParams {
   int num_inputs() const { return 2 + !no_bias + with_sum; }
 };
 
-// A tuple attribute such as "(3, 3)", "[2,2]" or "(1,)": integers >= minimum, empty when absent.
-bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values) {
-  values->clear();
-  const auto it = attrs.find(key);
-  if (it == attrs.end() || it->second == "None") return true;
-  std::string s = it->second;
-  for (char& ch : s) {
-    if (ch == '(' || ch == ')' || ch == '[' || ch == ']' || ch == ',') ch = ' ';
-  }
-  const char* p = s.c_str();
-  while (true) {
-    while (*p == ' ') ++p;
-    if (*p == '\0') break;
-    char* end = nullptr;
-    const long v = std::strtol(p, &end, 10);
-    if (end == p || v < minimum || (*end != ' ' && *end != '\0')) {
-      MX_ERROR_MSG << op << ": attribute " << key << " must be a tuple of integers >= " << minimum
-                   << " (got '" << it->second << "')";
-      return false;
-    }
-    values->push_back(v);
-    p = end;
-  }
-  return true;
-}
-
 bool parse_conv(const Attrs& attrs, bool deconv, ConvParams* p) {
   p->deconv = deconv;
   const char* op = p->op();

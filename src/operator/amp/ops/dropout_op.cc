@@ -64,11 +64,7 @@ MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
 
 MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   int& data = (*in)[0];
-  if (data == -1) data = kFloat32;
-  if (data != kFloat32 && data != kBfloat16) {
-    MX_ERROR_MSG << kDropout << ": data must be float32 or bfloat16 (got " << dtype_name(data) << ")";
-    return MX_FAIL;
-  }
+  if (!check_data_dtype(kDropout, &data)) return MX_FAIL;
   int& mode = (*in)[1];
   if (mode == -1) mode = kFloat32;
   if (mode != kFloat32) {

@@ -103,6 +103,31 @@ bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallba
   return true;
 }
 
+bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values) {
+  values->clear();
+  const auto it = attrs.find(key);
+  if (it == attrs.end() || it->second == "None") return true;
+  std::string s = it->second;
+  for (char& ch : s) {
+    if (ch == '(' || ch == ')' || ch == '[' || ch == ']' || ch == ',') ch = ' ';
+  }
+  const char* p = s.c_str();
+  while (true) {
+    while (*p == ' ') ++p;
+    if (*p == '\0') break;
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < minimum || (*end != ' ' && *end != '\0')) {
+      MX_ERROR_MSG << op << ": attribute " << key << " must be a tuple of integers >= " << minimum
+                   << " (got '" << it->second << "')";
+      return false;
+    }
+    values->push_back(v);
+    p = end;
+  }
+  return true;
+}
+
 bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype) {
   const auto it = attrs.find("dtype");
   const std::string s = it == attrs.end() ? std::string() : it->second;
@@ -115,6 +140,15 @@ bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype) {
   } else {
     MX_ERROR_MSG << op << ": attribute dtype must be one of float32, float16, bfloat16 (got '"
                  << (it == attrs.end() ? "<missing>" : s) << "')";
+    return false;
+  }
+  return true;
+}
+
+bool check_data_dtype(const char* op, int* dtype) {
+  if (*dtype == -1) *dtype = kFloat32;
+  if (*dtype != kFloat32 && *dtype != kBfloat16) {
+    MX_ERROR_MSG << op << ": input 0 (data) must be float32 or bfloat16 (got " << dtype_name(*dtype) << ")";
     return false;
   }
   return true;

@@ -42,8 +42,16 @@ bool parse_float_list(const char* op, const Attrs& attrs, const char* key, size_
 /*! \brief Reads a boolean attribute ("True"/"False"/"1"/"0"/"true"/"false", default when absent). */
 bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value);
 
+/*! \brief Reads a tuple attribute such as "(3, 3)", "[2,2]" or "(1,)": integers >= minimum, empty when absent
+ *         or "None"; on failure reports an error naming op. */
+bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values);
+
 /*! \brief Reads the "dtype" attribute: float32, float16 or bfloat16. */
 bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype);
+
+/*! \brief The data dtype of an op on float32 or bfloat16 data: unknown (-1) becomes float32; another is an error
+ *         naming op. */
+bool check_data_dtype(const char* op, int* dtype);
 
 /*! \brief Checks that every input dtype is a float dtype; the error names op, input and dtype. */
 bool check_float_inputs(const char* op, const std::vector<int>& dtypes);

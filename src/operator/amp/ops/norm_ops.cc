@@ -81,15 +81,6 @@ bool parse_dtype(const char* op, const Attrs& attrs, int* dtype) {
   return true;
 }
 
-bool check_data_dtype(const char* op, int* dtype) {
-  if (*dtype == -1) *dtype = kFloat32;
-  if (*dtype != kFloat32 && *dtype != kBfloat16) {
-    MX_ERROR_MSG << op << ": input 0 (data) must be float32 or bfloat16 (got " << dtype_name(*dtype) << ")";
-    return false;
-  }
-  return true;
-}
-
 void rows_cols(const MXTensor& t, int64_t* rows, int64_t* cols) {
   *cols = t.shape.empty() ? 1 : t.shape.back();
   *rows = *cols == 0 ? 0 : t.size() / *cols;
