@@ -379,4 +379,9 @@ def test_a_fanouts_backward_keeps_no_tensor():
     nodes = _backward_inputs(mx.sym.sum(mx.sym.sin(a, name="s") + mx.sym.cos(b, name="c")), x=(3, 4))
     assert len(nodes["fan_backward"]) == 5 and len(set(nodes["fan_backward"][2:])) == 1
     assert nodes["fan_backward"][2] in nodes["fan_backward"][:2]  # data and copies: the first output gradient
+    # a library kernel that keeps its input reads a copy's values from the copied tensor: the copies are not kept
+    a, b = mx.sym.amp_fanout(mx.sym.exp(x, name="e"), num_outputs=2, name="fan")
+    fc = mx.sym.amp_fully_connected(a, mx.sym.var("w"), num_hidden=4, no_bias=True, name="fc")
+    nodes = _backward_inputs(mx.sym.sum(fc) + mx.sym.sum(mx.sym.sin(b, name="s")), x=(3, 4), w=(4, 4))
+    assert nodes["fc_backward"][1:3] == ["e", "w"]
 

@@ -254,8 +254,8 @@ def fanout_copies(graph: dict, var_dtypes: Mapping[str, Any], dtype: str) -> dic
     MXNet's backward sums the gradients of a tensor's readers with ``add_n``, which has no oneDNN kernel there and adds
     bfloat16 element by element: 538 ms for 2 M values against 2 ms in float32 (AMD EPYC class (a), 2026-12-06),
     more than ResNet-18's whole step. ``amp_fanout``'s backward adds its copies' gradients in float32 and rounds once;
-    it keeps no tensor for backward (nnvm/backward_inputs.cc). A reader that keeps its input for backward keeps its
-    own copy.
+    it keeps no tensor for backward, and the backward nodes of the library's kernels read a copy's values from the
+    copied tensor (nnvm/backward_inputs.cc): the copies are freed after forward.
     """
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     readers = entry_uses(graph)

@@ -8,7 +8,8 @@
  * softmax's input. MXNet's own ops list what their backward reads. Here the gradient function lib_api registered
  * is wrapped: it still builds the backward node (same op, same number of inputs), then each forward tensor the
  * kernel never reads (kUnread) is replaced in the node's inputs by an output gradient of the same shape, which the
- * node reads anyway; the kernel finds what it expects in every slot it reads. The wrapper is set through
+ * node reads anyway; the kernel finds what it expects in every slot it reads. A slot holding a copy made by
+ * amp_fanout reads the copied tensor instead, so the copies are freed after forward. The wrapper is set through
  * nnvm::Op::set_attr at graph_infer.cc's priority, so installing it is idempotent like the inference functions.
  *
  * Compiled as graph_infer.cc is (MXNet's headers, the wheel's std::string ABI). FGradient takes its arguments by
@@ -77,6 +78,12 @@ const Unread kUnread[] = {
     {"amp_pooling", -1, 0, 0, nullptr, nullptr},      // the data is read: the choice is recomputed from it
 };
 
+// amp_fanout, whose copies the backward nodes read from the copied tensor (set when the wrappers are installed).
+const nnvm::Op*& fanout_op() {
+  static const nnvm::Op* op = nullptr;
+  return op;
+}
+
 // The gradient functions lib_api registered, by op (copied before the wrappers replace them).
 std::map<std::string, nnvm::FGradient>& originals() {
   static std::map<std::string, nnvm::FGradient> functions;
@@ -123,9 +130,11 @@ std::vector<nnvm::NodeEntry> trimmed(const std::string& op, const nnvm::ObjectPt
   if (grads.empty() || !grads[0].node) return grads;
   std::vector<nnvm::NodeEntry>* backward_inputs = nullptr;
   const std::vector<nnvm::NodeEntry>* forward_inputs = nullptr;
-  for (const ptrdiff_t shift : kInputsShifts) {
-    backward_inputs = inputs_at(grads[0].node.get(), shift);
-    forward_inputs = inputs_at(node.get(), shift);
+  ptrdiff_t shift = 0;
+  for (const ptrdiff_t s : kInputsShifts) {
+    backward_inputs = inputs_at(grads[0].node.get(), s);
+    forward_inputs = inputs_at(node.get(), s);
+    shift = s;
     if (lib_api_layout(*backward_inputs, *forward_inputs, node.get(), ograds)) break;
     backward_inputs = nullptr;
   }
@@ -154,12 +163,23 @@ std::vector<nnvm::NodeEntry> trimmed(const std::string& op, const nnvm::ObjectPt
     }
     in[slot] = ograds[u.grad];
   }
+  // A forward input copied by amp_fanout is read from the fan-out's own input: the same values, one tensor kept for
+  // every reader's backward (often kept for its producer's backward anyway), and each copy freed after forward.
+  // (attrs.op is a node's first member in either layout.)
+  for (size_t i = 0; i < n_in; ++i) {
+    nnvm::NodeEntry& entry = in[n_out + i];
+    if (!entry.node || entry.node->attrs.op == nullptr || entry.node->attrs.op != fanout_op()) continue;
+    const std::vector<nnvm::NodeEntry>& copied = *inputs_at(entry.node.get(), shift);
+    if (copied.size() == 1 && copied[0].node) entry = copied[0];
+  }
   return grads;
 }
 
 }  // namespace
 
 int install_backward_inputs(GetOpFn get_op, GetAttrMapFn get_attr_map, int priority) {
+  fanout_op() = get_op("amp_fanout");
+  if (fanout_op() == nullptr) throw std::invalid_argument("op amp_fanout is not registered");
   const dmlc::any* map = get_attr_map("FGradient");
   if (map == nullptr) throw std::invalid_argument("no op has attribute FGradient");
   const auto& gradients = nnvm::get<nnvm::OpMap<nnvm::FGradient>>(*map);
