@@ -81,6 +81,9 @@ def test_bfloat16_warns_once_on_slow_classes_only(on_class, cls):
     assert "target_dtype='auto'" in text
     assert "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)" in text
     assert "AMP's default plan emulates it (float32 kernels on bf16-rounded values, bf16 numerics)" in text
+    # class (a) trains on its own plan: bfloat16 tensors on the library's float32 arithmetic
+    assert ("hybridized training graphs: storage (no AVX-512: bfloat16 tensors, float32 arithmetic in the library's "
+            "kernels)" in text) == (cls == "a")
     assert ("emulate=False" in text) == (cls == "b")  # class (a) has no bf16 kernels to choose
     assert "emulate=True" not in text  # what the default does already
     if cls == "b":  # the measured figures of cpu_ratios.json, quoted with their dates and CPUs

@@ -139,12 +139,15 @@ def warn_if_slow(target_dtype, device_type="cpu", stacklevel=3):
             "oneDNN's bfloat16 kernels", ": measured " + other_measured if other_measured else ""))
     choices.append("keep bfloat16 for its numerics and silence this with "
                    "warnings.filterwarnings('ignore', category=mxnet.amp.SlowBfloat16Warning)")
+    training, training_why = lists.cpu_class_plan("bfloat16", klass.name, training=True)
     warnings.warn(
-        "mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here; AMP's default plan %s: %s. Choices: %s"
+        "mxnet.amp: this CPU is class (%s) %s: bfloat16 is %s here; AMP's default plan %s: %s%s. Choices: %s"
         % (klass.name, klass.title, klass.bf16, "runs its bf16 kernels" if plan == "native" else
            "emulates it (float32 kernels on bf16-rounded values, bf16 numerics)",
            "measured " + measured if measured else
-           "not yet measured on this class (bench/bench_inference.py --record)", "; ".join(choices)),
+           "not yet measured on this class (bench/bench_inference.py --record)",
+           "; hybridized training graphs: %s (%s)" % (training, training_why) if training != plan else "",
+           "; ".join(choices)),
         SlowBfloat16Warning, stacklevel=stacklevel)
     return True
 
