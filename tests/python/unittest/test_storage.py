@@ -184,11 +184,29 @@ xs.attach_grad(); ws.attach_grad()
 with autograd.record():
     y = mx.nd.amp_fully_connected(xs, ws, num_hidden=24, no_bias=True, param_dtype="float32")
 y.backward(mx.nd.amp_cast(mx.nd.ones((64, 24)), dtype=BFLOAT16))
-ref = x.astype(np.float64) @ bf16_round(w).astype(np.float64).T  # as on class (c): the weight rounded once
+ref = x.astype(np.float64) @ w.astype(np.float64).T  # the float32 weight read as it is
 out["fc"] = float(np.abs(f32(y) - ref).max() / np.abs(ref).max())
-out["fc_dx"] = float(np.abs(f32(xs.grad) - bf16_round(w).sum(0)).max() / 24)
+out["fc_dx"] = float(np.abs(f32(xs.grad) - w.sum(0)).max() / 24)
 out["fc_dw"] = float(np.abs(ws.grad.asnumpy() - x.sum(0)).max() / np.abs(x.sum(0)).max())
 out["fc_dtypes"] = [y.dtype == BFLOAT16, ws.grad.dtype == np.float32]
+y32 = mx.nd.amp_fully_connected(xs, ws, num_hidden=24, no_bias=True, param_dtype="float32", out_dtype="float32")
+exact = {"fc_unrounded_weight": float(np.abs(y32.asnumpy() - ref).max() / np.abs(ref).max())}
+
+# weight gradients over 1300 rows: the product dy^T x is cut along its depth (3 chunks of 512 rows), added in float32
+x2, dy2 = bf16_round(rng.uniform(-1, 1, (1300, 512))), bf16_round(rng.uniform(-1, 1, (1300, 512)))
+dw_ref = dy2.astype(np.float64).T @ x2.astype(np.float64)
+bound = np.abs(dy2).astype(np.float64).T @ np.abs(x2).astype(np.float64)  # the float32 sums' error scale
+for name, wdtype, kw in [("dw_f32", None, {"param_dtype": "float32"}), ("dw_bf16", BFLOAT16, {})]:
+    xs2, ws2 = low(x2), mx.nd.array(rng.uniform(-1, 1, (512, 512)))
+    ws2 = ws2 if wdtype is None else mx.nd.amp_cast(ws2, dtype=wdtype)
+    xs2.attach_grad(); ws2.attach_grad()
+    with autograd.record():
+        y2 = mx.nd.amp_fully_connected(xs2, ws2, num_hidden=512, no_bias=True, **kw)
+    y2.backward(low(dy2))
+    # per element, beyond float32 sums' error (1e-5 of the sum of magnitudes): nothing (float32), or one rounding to
+    # bfloat16 (2^-8 of the value), not one per chunk
+    exact[name] = float(((np.abs(f32(ws2.grad) - dw_ref) - 1e-5 * bound) / np.abs(dw_ref)).max())
+out["exact"] = exact
 
 c = mx.nd.amp_convolution(low(img), low(k), kernel=(3, 3), num_filter=6, no_bias=True)
 kr = bf16_round(k).astype(np.float64)
@@ -215,12 +233,78 @@ print(json.dumps(out))
 def test_the_library_kernels_widen_bfloat16_where_onednn_has_no_bfloat16_primitives():
     """Products, convolutions, LayerNorm and softmax on bfloat16 operands as class (a): float32 arithmetic on the
     bfloat16 values, each result rounded once (relative error within one bfloat16 rounding of the largest value),
-    float32 weight gradients written directly."""
+    float32 weights read unrounded, float32 weight gradients written directly, a weight gradient over many rows
+    added up in float32 and rounded once."""
     got = _run_as_class_a(_WIDENED_KERNELS)
     assert got.pop("primitives") is False  # the stand-in (or the CPU) leaves oneDNN 3 no bfloat16 primitive
     assert got.pop("fc_dtypes") == [True, True]  # a bfloat16 output, the float32 weight's float32 gradient
+    exact = got.pop("exact")
+    assert exact["fc_unrounded_weight"] <= 1e-6, exact  # float32 weights read as they are (rounded: ~2^-9)
+    assert exact["dw_f32"] <= 0, exact
+    assert exact["dw_bf16"] <= 2.0 ** -8, exact
     for what, rel in got.items():
         assert rel <= 2.0 ** -8, (what, rel)
+
+
+_WIDENED_ROWS = """
+import json
+import numpy as np
+import mxnet as mx
+from mxnet import autograd
+from mxnet.amp.base.dtypes import BFLOAT16
+
+def bf16_round(values):
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)).view(np.float32)
+
+rng = np.random.RandomState(0)
+low = lambda a: mx.nd.amp_cast(mx.nd.array(a), dtype=BFLOAT16)
+f64 = lambda a: mx.nd.amp_cast(a, dtype=np.float32).asnumpy().astype(np.float64)
+rel = lambda got, ref: float(np.abs(got - ref).max() / np.abs(ref).max())
+out = {}
+
+# 700 rows of 768: 3 chunks of 341 rows (2^18 values)
+x, dy = bf16_round(rng.uniform(-2, 2, (700, 768))), bf16_round(rng.uniform(-1, 1, (700, 768)))
+g, b = rng.uniform(0.5, 1.5, 768).astype(np.float32), rng.uniform(-1, 1, 768).astype(np.float32)
+xs, gs, bs = low(x), mx.nd.array(g), mx.nd.array(b)
+for a in (xs, gs, bs):
+    a.attach_grad()
+with autograd.record():
+    y = mx.nd.amp_layer_norm(xs, gs, bs, eps=1e-5)
+y.backward(low(dy))
+x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+gdy = g * dy64
+dx = (gdy - gdy.mean(1, keepdims=True) - xhat * (gdy * xhat).mean(1, keepdims=True)) / np.sqrt(
+    x64.var(1, keepdims=True) + 1e-5)
+out["ln_y"], out["ln_dx"] = rel(f64(y), xhat * g + b), rel(f64(xs.grad), dx)
+out["ln_dgamma"], out["ln_dbeta"] = rel(f64(gs.grad), (dy64 * xhat).sum(0)), rel(f64(bs.grad), dy64.sum(0))
+
+# 3000 rows of 128: 2 chunks of 2048 rows
+x, dy = bf16_round(rng.uniform(-6, 6, (3000, 128))), bf16_round(rng.uniform(-1, 1, (3000, 128)))
+xs = low(x)
+xs.attach_grad()
+with autograd.record():
+    y = mx.nd.amp_softmax(xs)
+y.backward(low(dy))
+e = np.exp(x - x.max(1, keepdims=True)).astype(np.float64)
+p = e / e.sum(1, keepdims=True)
+dy64 = dy.astype(np.float64)
+out["softmax_y"] = rel(f64(y), p)
+out["softmax_dx"] = rel(f64(xs.grad), f64(y) * (dy64 - (dy64 * f64(y)).sum(1, keepdims=True)))
+print(json.dumps(out))
+"""
+
+
+@requires_onednn3
+def test_rows_widen_chunk_by_chunk():
+    """LayerNorm and softmax over more rows than one widened chunk (class (a)): each row as NumPy computes it, the
+    scale and shift gradients summed over every chunk's rows."""
+    got = _run_as_class_a(_WIDENED_ROWS)
+    for what in ("ln_dgamma", "ln_dbeta"):  # float32 sums of 700 terms
+        assert got.pop(what) <= 1e-5, what
+    for what, r in got.items():  # bfloat16 results, rounded once
+        assert r <= 2.0 ** -8, (what, r)
 
 
 _TRAINING_STEP = """
@@ -261,7 +345,8 @@ ref, ref_loss, _ = net_and_grads(False)
 amp.init("bfloat16")
 got, loss, ops = net_and_grads(True)
 rel = {k: float(np.abs(got[k] - ref[k]).max() / (np.abs(ref[k]).max() + 1e-12)) for k in ref}
-print(json.dumps({"rel": rel, "loss": [loss, ref_loss], "dtypes": sorted({str(g.dtype) for g in got.values()}),
+cos = {k: float((got[k] * ref[k]).sum() / np.sqrt((got[k] ** 2).sum() * (ref[k] ** 2).sum())) for k in ref}
+print(json.dumps({"rel": rel, "cos": cos, "loss": [loss, ref_loss], "dtypes": sorted({str(g.dtype) for g in got.values()}),
                   "ops": ops}))
 """
 
@@ -269,14 +354,19 @@ print(json.dumps({"rel": rel, "loss": [loss, ref_loss], "dtypes": sorted({str(g.
 @requires_onednn3
 def test_a_class_a_training_step_matches_float32_within_bfloat16_rounding():
     """The storage plan's gradients (bfloat16 activations, float32 weights and gradients) against MXNet's float32
-    step: within a few bfloat16 roundings of each gradient's largest value."""
+    step. The last layer's, after every ReLU and max: within a few bfloat16 roundings of their largest value. The
+    others point the same way (cosine >= 0.99): a ReLU or a max that bfloat16 rounding tips the other way moves one
+    unit's gradient by its whole value (one such unit moved a gradient by 14% of its largest value), so element-wise
+    bounds there hold only for lucky inputs; a lost gradient path moves them all."""
     got = _run_as_class_a(_TRAINING_STEP)
     assert {"amp_convolution", "amp_batch_norm", "amp_fully_connected", "amp_pooling", "amp_fanout"} <= set(got["ops"])
     assert "amp_round" not in got["ops"]  # bfloat16 tensors, not rounded float32 ones
     assert got["dtypes"] == ["float32"]
     assert abs(got["loss"][0] - got["loss"][1]) <= 0.02 * abs(got["loss"][1])
-    for name, rel in got["rel"].items():
-        assert rel <= 0.04, (name, rel)
+    for name in ("12 weight", "13 bias"):
+        assert got["rel"][name] <= 0.01, (name, got["rel"][name])
+    for name, cos in got["cos"].items():
+        assert cos >= 0.99, (name, cos)
 
 
 def _backward_inputs(sym, **shapes):

@@ -34,18 +34,19 @@ memory::desc strided_desc(int ndims, const int64_t* dims, const int64_t* strides
 }
 
 // The problem without its data pointers: the cache key.
-std::string problem_key(const AmpMatmul& m) {
+std::string problem_key(const AmpMatmul& m, bool accumulate) {
   int32_t alpha_bits;
   std::memcpy(&alpha_bits, &m.alpha, sizeof(alpha_bits));
   std::vector<int64_t> k = {m.ndims, m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype, m.act, alpha_bits,
-                            m.addend != nullptr};
+                            m.addend != nullptr, accumulate};
   for (const int64_t* v : {m.a_dims, m.a_strides, m.b_dims, m.b_strides, m.c_dims, m.c_strides}) {
     k.insert(k.end(), v, v + m.ndims);
   }
   return key_of(k);
 }
 
-std::shared_ptr<Cached> create(const AmpMatmul& m) {
+// accumulate: C += A B (oneDNN's sum post-op; the other fusions are refused with it: chunk_depth).
+std::shared_ptr<Cached> create(const AmpMatmul& m, bool accumulate) {
   const memory::data_type ta = to_data_type(m.a_dtype), tb = to_data_type(m.b_dtype);
   const memory::data_type tc = to_data_type(m.c_dtype);
   const memory::data_type tbias = m.bias_dtype >= 0 ? to_data_type(m.bias_dtype) : memory::data_type::f32;
@@ -57,6 +58,7 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (m.alpha != 1.f && m.bias_dtype >= 0) throw std::invalid_argument("alpha and a bias are not supported together");
   dnnl::post_ops ops;
+  if (accumulate) ops.append_sum(1.f);
   if (m.alpha != 1.f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, m.alpha, 0.f);
   if (m.addend != nullptr) ops.append_binary(dnnl::algorithm::binary_add, entry->c);
   switch (m.act) {
@@ -82,8 +84,9 @@ std::shared_ptr<Cached> create(const AmpMatmul& m) {
   return entry;
 }
 
-// m on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else m itself.
-AmpMatmul widened(const AmpMatmul& m, Widening* w) {
+// m on float32 copies where its bfloat16 tensors have no bfloat16 primitive here (widen.h); else m itself. C is left
+// as it is where output is false (the caller widened it already).
+AmpMatmul widened(const AmpMatmul& m, Widening* w, bool output = true) {
   if (!Widening::needed({m.a_dtype, m.b_dtype, m.c_dtype, m.bias_dtype})) return m;
   AmpMatmul f = m;
   f.a = w->input(m.a, &f.a_dtype, span(m.ndims, m.a_dims, m.a_strides));
@@ -92,6 +95,7 @@ AmpMatmul widened(const AmpMatmul& m, Widening* w) {
   const int64_t c_span = span(m.ndims, m.c_dims, m.c_strides);
   int addend_dtype = m.c_dtype;  // the addend has C's dtype and strides
   f.addend = w->input(m.addend, &addend_dtype, c_span);
+  if (!output) return f;
   int64_t c_elements = 1;
   for (int i = 0; i < m.ndims; ++i) c_elements *= m.c_dims[i];
   f.c = w->output(m.c, &f.c_dtype, c_span, c_span != c_elements);  // gaps between C's rows keep their values
@@ -130,13 +134,51 @@ AmpMatmul rows_of(const AmpMatmul& m, int64_t first, int64_t count) {
   return part;
 }
 
-void run_primitive(const AmpMatmul& m);
+// Depth (rows of the contraction, K) that a widened chunk of a plain 2-D product covers, or 0. Where K is A's and
+// B's outermost dimension (A stored transposed: a weight gradient dY^T X), a chunk of C's rows would still span the
+// whole of A: the product is cut along K instead, the chunks' products added into C in float32 (oneDNN's sum
+// post-op), which a bias, an addend, alpha or an activation would not survive. A chunk is at least kMinDepth deep:
+// each one reads and writes the whole of C once more.
+constexpr int64_t kMinDepth = 128;
+
+int64_t chunk_depth(const AmpMatmul& m) {
+  if (m.ndims != 2 || m.bias_dtype >= 0 || m.addend != nullptr || m.act != AMP_ACT_NONE || m.alpha != 1.f) return 0;
+  if (m.a_strides[1] <= m.a_strides[0] || m.b_strides[0] <= m.b_strides[1]) return 0;  // K not outermost
+  const int64_t depth = std::max(kMinDepth, kWidenedChunk / std::max<int64_t>(1, std::max(m.a_dims[0], m.c_dims[1])));
+  return depth < m.a_dims[1] ? depth : 0;
+}
+
+// Depth first to first + count of m's contraction: columns of A, rows of B.
+AmpMatmul depth_of(const AmpMatmul& m, int64_t first, int64_t count) {
+  AmpMatmul part = m;
+  part.a_dims[1] = part.b_dims[0] = count;
+  part.a = static_cast<const char*>(m.a) + first * m.a_strides[1] * element_bytes(m.a_dtype);
+  part.b = static_cast<const char*>(m.b) + first * m.b_strides[0] * element_bytes(m.b_dtype);
+  return part;
+}
+
+void run_primitive(const AmpMatmul& m, bool accumulate = false);
+
+// m cut along K (chunk_depth): C widened once, each chunk's operands widened in turn and its product added.
+void run_in_depth(const AmpMatmul& m, int64_t depth, int threads) {
+  Widening outer(threads);
+  AmpMatmul whole = m;
+  const int64_t c_span = span(m.ndims, m.c_dims, m.c_strides);
+  whole.c = outer.output(m.c, &whole.c_dtype, c_span, c_span != m.c_dims[0] * m.c_dims[1]);
+  for (int64_t first = 0; first < m.a_dims[1]; first += depth) {
+    Widening inner(threads);
+    run_primitive(widened(depth_of(whole, first, std::min(depth, m.a_dims[1] - first)), &inner, false), first > 0);
+  }
+  outer.finish();
+}
 
 void run(const AmpMatmul& original) {
   const CallTeam team;  // before creating the primitive: it splits work by the team size
   if (!Widening::needed({original.a_dtype, original.b_dtype, original.c_dtype, original.bias_dtype})) {
     return run_primitive(original);
   }
+  const int64_t depth = chunk_depth(original);
+  if (depth > 0) return run_in_depth(original, depth, team.threads());
   const int64_t rows = chunk_rows(original), total = original.c_dims[0];
   for (int64_t first = 0; first < total; first += rows > 0 ? rows : total) {
     Widening widening(team.threads());
@@ -145,8 +187,8 @@ void run(const AmpMatmul& original) {
   }
 }
 
-void run_primitive(const AmpMatmul& m) {
-  const auto entry = cached<Cached>(problem_key(m), [&m] { return create(m); });
+void run_primitive(const AmpMatmul& m, bool accumulate) {
+  const auto entry = cached<Cached>(problem_key(m, accumulate), [&m, accumulate] { return create(m, accumulate); });
   auto& engine = cpu_engine();
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, memory(entry->a, engine, const_cast<void*>(m.a))},

@@ -8,9 +8,11 @@
  * reference kernels below), and its softmax bf16 or f32 on either side. Threads, the primitive cache and
  * scratch memory: common.h.
  */
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +37,20 @@ void check_rows(int64_t rows, int64_t cols) {
     throw std::invalid_argument("rows (" + std::to_string(rows) + ") and cols (" + std::to_string(cols) +
                                 ") must be positive");
   }
+}
+
+// Rows of a widened chunk (widen.h: kWidenedChunk). Rows are independent, so where bfloat16 rows run on float32
+// copies they are widened chunk after chunk, the copies a megabyte whatever the tensor (a BERT-style encoder's
+// attention softmax widened 3 x 6.3 MB at once, AMD EPYC class (a), 2026-12-07); else all rows at once.
+int64_t chunk_rows(bool widening, int64_t rows, int64_t cols) {
+  return widening ? std::max<int64_t>(1, std::min(rows, kWidenedChunk / cols)) : rows;
+}
+
+// p moved first rows on, each row cols elements of dtype (NULL stays NULL).
+template <typename T>
+T* rows_on(T* p, int dtype, int64_t first, int64_t cols) {
+  using Byte = typename std::conditional<std::is_const<T>::value, const char, char>::type;
+  return p == nullptr ? nullptr : reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + first * cols * element_bytes(dtype));
 }
 
 // The primitive's scratchpad (this thread's buffer), where it needs one.
@@ -94,13 +110,9 @@ AmpLayerNorm widened(const AmpLayerNorm& n, Widening* w) {
   return f;
 }
 
-void run_norm(const AmpLayerNorm& original) {
-  check_rows(original.rows, original.cols);
-  if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
-    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
-  }
-  const CallTeam team;  // before creating the primitive: it splits work by the team size
-  Widening widening(team.threads());
+// One pass of n (rows widened together).
+void run_norm_rows(const AmpLayerNorm& original, int threads) {
+  Widening widening(threads);
   const AmpLayerNorm n = widened(original, &widening);
   const auto entry = cached<CachedNorm>(norm_key(n), [&n] { return create_norm(n); });
   auto& engine = cpu_engine();
@@ -124,6 +136,38 @@ void run_norm(const AmpLayerNorm& original) {
   entry->primitive.execute(stream, args);
   stream.wait();
   widening.finish();
+}
+
+// n in chunks of rows (chunk_rows); backward, the later chunks' scale and shift gradients are added to the first's
+// in float32.
+void run_norm(const AmpLayerNorm& n) {
+  check_rows(n.rows, n.cols);
+  if (n.pass != AMP_ROWS_FORWARD && n.pass != AMP_ROWS_BACKWARD) {
+    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
+  }
+  const CallTeam team;  // before creating the primitive: it splits work by the team size
+  const int64_t chunk = chunk_rows(Widening::needed({n.src_dtype, n.dst_dtype}), n.rows, n.cols);
+  Widening outer(team.threads());
+  float* more = chunk < n.rows && n.pass == AMP_ROWS_BACKWARD ? outer.scratch(2 * n.cols) : nullptr;
+  for (int64_t first = 0; first < n.rows; first += chunk) {
+    AmpLayerNorm part = n;
+    part.rows = std::min(chunk, n.rows - first);
+    part.src = rows_on(n.src, n.src_dtype, first, n.cols);
+    part.dst = rows_on(n.dst, n.dst_dtype, first, n.cols);
+    part.diff_dst = rows_on(n.diff_dst, n.src_dtype, first, n.cols);
+    part.diff_src = rows_on(n.diff_src, n.src_dtype, first, n.cols);
+    part.mean = rows_on(n.mean, kFloat32, first, 1);
+    part.variance = rows_on(n.variance, kFloat32, first, 1);
+    if (more != nullptr && first > 0) {
+      part.diff_scale = more;
+      part.diff_shift = more + n.cols;
+    }
+    run_norm_rows(part, team.threads());
+    for (int64_t i = 0; more != nullptr && first > 0 && i < n.cols; ++i) {
+      n.diff_scale[i] += more[i];
+      n.diff_shift[i] += more[n.cols + i];
+    }
+  }
 }
 
 struct CachedSoftmax {
@@ -176,13 +220,9 @@ AmpSoftmax widened(const AmpSoftmax& s, Widening* w) {
   return f;
 }
 
-void run_softmax(const AmpSoftmax& original) {
-  check_rows(original.rows, original.cols);
-  if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
-    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
-  }
-  const CallTeam team;
-  Widening widening(team.threads());
+// One pass of s (rows widened together).
+void run_softmax_rows(const AmpSoftmax& original, int threads) {
+  Widening widening(threads);
   const AmpSoftmax s = widened(original, &widening);
   const auto entry = cached<CachedSoftmax>(softmax_key(s), [&s] { return create_softmax(s); });
   auto& engine = cpu_engine();
@@ -200,6 +240,25 @@ void run_softmax(const AmpSoftmax& original) {
   entry->primitive.execute(stream, args);
   stream.wait();
   widening.finish();
+}
+
+// s in chunks of rows (chunk_rows).
+void run_softmax(const AmpSoftmax& s) {
+  check_rows(s.rows, s.cols);
+  if (s.pass != AMP_ROWS_FORWARD && s.pass != AMP_ROWS_BACKWARD) {
+    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
+  }
+  const CallTeam team;
+  const int64_t chunk = chunk_rows(Widening::needed({s.src_dtype, s.dst_dtype}), s.rows, s.cols);
+  for (int64_t first = 0; first < s.rows; first += chunk) {
+    AmpSoftmax part = s;
+    part.rows = std::min(chunk, s.rows - first);
+    part.src = rows_on(s.src, s.src_dtype, first, s.cols);
+    part.dst = rows_on(s.dst, s.dst_dtype, first, s.cols);
+    part.diff_dst = rows_on(s.diff_dst, s.dst_dtype, first, s.cols);
+    part.diff_src = rows_on(s.diff_src, s.src_dtype, first, s.cols);
+    run_softmax_rows(part, team.threads());
+  }
 }
 
 }  // namespace

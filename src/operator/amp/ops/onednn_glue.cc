@@ -10,7 +10,6 @@
 #include <cstdlib>
 
 #include "../kernels/convert.h"
-#include "../kernels/round.h"
 #include "../kernels/multi_tensor.h"
 
 namespace mxnet_amp {
@@ -128,19 +127,14 @@ void* in_dtype(const MXTensor& t, int dtype, Scratch* keep) {
 void* weight_in_dtype(const MXTensor& w, int dtype, int* used) {
   *used = static_cast<int>(w.dtype);
   if (*used == dtype) return w.data_ptr;
-  // float32 beside bfloat16 data where the kernels widen every operand to float32 anyway: rounded to bfloat16 in
-  // float32 (the values a bfloat16 copy holds), one buffer and one pass instead of a copy widened again
-  const bool rounded = *used == kFloat32 && dtype == kBfloat16 && !onednn_bf16_primitives();
-  if (!rounded) *used = dtype;
+  // float32 beside bfloat16 data where the kernels widen every operand to float32 anyway: read as they are (no copy,
+  // no rounding pass; the products of bfloat16 activations and the float32 weights)
+  if (*used == kFloat32 && dtype == kBfloat16 && !onednn_bf16_primitives()) return w.data_ptr;
+  *used = dtype;
   thread_local std::vector<char> buffer;
-  const size_t bytes = static_cast<size_t>(w.size()) * dtype_bytes(*used);
+  const size_t bytes = static_cast<size_t>(w.size()) * dtype_bytes(dtype);
   if (buffer.size() < bytes) std::vector<char>(bytes).swap(buffer);
-  if (rounded) {
-    const CallTeam team;
-    cpu_round_to(kDefaultChunkSize, {w.data_ptr, w.size(), kFloat32}, {buffer.data(), w.size(), kFloat32}, dtype);
-  } else {
-    convert(w, buffer.data(), dtype);
-  }
+  convert(w, buffer.data(), dtype);
   return buffer.data();
 }
 

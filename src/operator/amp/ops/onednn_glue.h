@@ -57,7 +57,9 @@ void* in_dtype(const MXTensor& t, int dtype, Scratch* keep);
 
 /*!
  * \brief The weight w in dtype: w itself, or (param_dtype: float32 weights beside bfloat16 data) its conversion
- *        into this thread's weight buffer, valid until the thread's next call. The buffer keeps the largest size
+ *        into this thread's weight buffer, valid until the thread's next call; *used is the dtype returned. Where
+ *        oneDNN 3 has no bfloat16 primitive (the kernels widen every operand to float32), float32 weights are w
+ *        itself: the products read them unrounded, with no copy. The buffer keeps the largest size
  *        asked (the largest weight converted: 4.7 MB in ResNet-18 and a BERT-style encoder's layers); a fresh
  *        allocation per call paid its page faults every time (ResNet-18 training steps 8% slower).
  */
