@@ -180,9 +180,14 @@ void run(const AmpMatmul& original) {
   const int64_t depth = chunk_depth(original);
   if (depth > 0) return run_in_depth(original, depth, team.threads());
   const int64_t rows = chunk_rows(original), total = original.c_dims[0];
+  Widening outer(team.threads());
+  AmpMatmul whole = original;
+  if (rows > 0 && !(original.ndims > 2 && original.b_dims[0] > 1)) {  // B whole in every chunk: widened once
+    whole.b = outer.input(original.b, &whole.b_dtype, span(original.ndims, original.b_dims, original.b_strides));
+  }
   for (int64_t first = 0; first < total; first += rows > 0 ? rows : total) {
     Widening widening(team.threads());
-    run_primitive(widened(rows > 0 ? rows_of(original, first, std::min(rows, total - first)) : original, &widening));
+    run_primitive(widened(rows > 0 ? rows_of(whole, first, std::min(rows, total - first)) : whole, &widening));
     widening.finish();
   }
 }
