@@ -139,7 +139,7 @@ AmpMatmul rows_of(const AmpMatmul& m, int64_t first, int64_t count) {
 // whole of A: the product is cut along K instead, the chunks' products added into C in float32 (oneDNN's sum
 // post-op), which a bias, an addend, alpha or an activation would not survive. A chunk is at least kMinDepth deep:
 // each one reads and writes the whole of C once more.
-constexpr int64_t kMinDepth = 128;
+constexpr int64_t kMinDepth = 256;
 
 int64_t chunk_depth(const AmpMatmul& m) {
   if (m.ndims != 2 || m.bias_dtype >= 0 || m.addend != nullptr || m.act != AMP_ACT_NONE || m.alpha != 1.f) return 0;
