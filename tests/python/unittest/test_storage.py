@@ -256,6 +256,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd
 from mxnet.amp.base.dtypes import BFLOAT16
+from mxnet.amp.core import library
 
 def bf16_round(values):
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -284,13 +285,16 @@ dx = (gdy - gdy.mean(1, keepdims=True) - xhat * (gdy * xhat).mean(1, keepdims=Tr
 out["ln_y"], out["ln_dx"] = rel(f64(y), xhat * g + b), rel(f64(xs.grad), dx)
 out["ln_dgamma"], out["ln_dbeta"] = rel(f64(gs.grad), (dy64 * xhat).sum(0)), rel(f64(bs.grad), dy64.sum(0))
 
-# 3000 rows of 128: 2 chunks of 2048 rows
+# softmax, forward and backward on the row kernels: no oneDNN primitive (its backward is a reference kernel here)
 x, dy = bf16_round(rng.uniform(-6, 6, (3000, 128))), bf16_round(rng.uniform(-1, 1, (3000, 128)))
 xs = low(x)
 xs.attach_grad()
+primitives = library.onednn_cache()["entries"]
 with autograd.record():
     y = mx.nd.amp_softmax(xs)
 y.backward(low(dy))
+mx.nd.waitall()
+out["softmax_primitives"] = library.onednn_cache()["entries"] - primitives
 e = np.exp(x - x.max(1, keepdims=True)).astype(np.float64)
 p = e / e.sum(1, keepdims=True)
 dy64 = dy.astype(np.float64)
@@ -302,9 +306,10 @@ print(json.dumps(out))
 
 @requires_onednn3
 def test_rows_widen_chunk_by_chunk():
-    """LayerNorm and softmax over more rows than one widened chunk (class (a)): each row as NumPy computes it, the
-    scale and shift gradients summed over every chunk's rows."""
+    """LayerNorm over more rows than one widened chunk (class (a)): each row as NumPy computes it, the scale and shift
+    gradients summed over every chunk's rows. Softmax, forward and backward, on the library's row kernels there."""
     got = _run_as_class_a(_WIDENED_ROWS)
+    assert got.pop("softmax_primitives") == 0
     for what in ("ln_dgamma", "ln_dbeta"):  # float32 sums of 700 terms
         assert got.pop(what) <= 1e-5, what
     for what, r in got.items():  # bfloat16 results, rounded once

@@ -41,7 +41,8 @@ void check_rows(int64_t rows, int64_t cols) {
 
 // Rows of a widened chunk (widen.h: kWidenedChunk). Rows are independent, so where bfloat16 rows run on float32
 // copies they are widened chunk after chunk, the copies a megabyte whatever the tensor (a BERT-style encoder's
-// attention softmax widened 3 x 6.3 MB at once, AMD EPYC class (a), 2026-12-07); else all rows at once.
+// LayerNorm gradient widened 3 x 3.1 MB at once, AMD EPYC class (a), 2026-12-07); else all rows at once. (The
+// library calls this softmax only where oneDNN 3 has bfloat16 primitives: ops/norm_ops.cc.)
 int64_t chunk_rows(bool widening, int64_t rows, int64_t cols) {
   return widening ? std::max<int64_t>(1, std::min(rows, kWidenedChunk / cols)) : rows;
 }
@@ -220,9 +221,13 @@ AmpSoftmax widened(const AmpSoftmax& s, Widening* w) {
   return f;
 }
 
-// One pass of s (rows widened together).
-void run_softmax_rows(const AmpSoftmax& original, int threads) {
-  Widening widening(threads);
+void run_softmax(const AmpSoftmax& original) {
+  check_rows(original.rows, original.cols);
+  if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
+    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
+  }
+  const CallTeam team;
+  Widening widening(team.threads());
   const AmpSoftmax s = widened(original, &widening);
   const auto entry = cached<CachedSoftmax>(softmax_key(s), [&s] { return create_softmax(s); });
   auto& engine = cpu_engine();
@@ -240,25 +245,6 @@ void run_softmax_rows(const AmpSoftmax& original, int threads) {
   entry->primitive.execute(stream, args);
   stream.wait();
   widening.finish();
-}
-
-// s in chunks of rows (chunk_rows).
-void run_softmax(const AmpSoftmax& s) {
-  check_rows(s.rows, s.cols);
-  if (s.pass != AMP_ROWS_FORWARD && s.pass != AMP_ROWS_BACKWARD) {
-    throw std::invalid_argument("pass must be AMP_ROWS_FORWARD or AMP_ROWS_BACKWARD");
-  }
-  const CallTeam team;
-  const int64_t chunk = chunk_rows(Widening::needed({s.src_dtype, s.dst_dtype}), s.rows, s.cols);
-  for (int64_t first = 0; first < s.rows; first += chunk) {
-    AmpSoftmax part = s;
-    part.rows = std::min(chunk, s.rows - first);
-    part.src = rows_on(s.src, s.src_dtype, first, s.cols);
-    part.dst = rows_on(s.dst, s.dst_dtype, first, s.cols);
-    part.diff_dst = rows_on(s.diff_dst, s.dst_dtype, first, s.cols);
-    part.diff_src = rows_on(s.diff_src, s.src_dtype, first, s.cols);
-    run_softmax_rows(part, team.threads());
-  }
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
  * dtype (float32 or bfloat16; absent or None: the data's). Attributes as softmax's: axis (-1 or the last axis),
  * temperature (None: 1), dtype, use_length. Forward: the library's row kernels (kernels/rows.h). Backward: oneDNN
  * 3's softmax (softmax_accurate, softmax_log) without lengths and temperature, the row kernels otherwise or where
- * oneDNN 3 is unavailable.
+ * oneDNN 3 is unavailable or has no bfloat16 primitives (its backward is a reference kernel there).
  * Backward: inputs [dy, data, (length,) y], outputs [ddata (the data's dtype), (zeros for length)].
  */
 #include <cmath>
@@ -301,10 +301,12 @@ MXReturnValue softmax_infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
 
 // Forward: the row kernels (faster than oneDNN 3.2's softmax on float32 and bfloat16, and one rounding of a bfloat16
 // output where oneDNN's is off by up to 1.84 ulps; bench/bench_norms.py). Backward: oneDNN's where it serves (no
-// lengths, temperature 1: twice the row kernels' speed on bfloat16), else the row kernels.
+// lengths, temperature 1: twice the row kernels' speed on bfloat16) and has bfloat16 primitives, else the row kernels
+// (below avx512_core oneDNN 3.2's softmax backward is its reference kernel: a BERT-style encoder's attention
+// gradient, 12288 rows of 128, took 22 ms there, plus float32 copies of three tensors).
 bool run_softmax(const char* op, const SoftmaxParams& p, SoftmaxRows* s, bool forward) {
   AmpSoftmaxFn fn = onednn_softmax();
-  if (fn != nullptr && !forward && s->lengths == nullptr && p.temperature == 1.0) {
+  if (fn != nullptr && onednn_bf16_primitives() && !forward && s->lengths == nullptr && p.temperature == 1.0) {
     AmpSoftmax a = {forward ? AMP_ROWS_FORWARD : AMP_ROWS_BACKWARD, s->log ? 1 : 0, s->src_dtype, s->dst_dtype,
                     s->rows, s->cols, s->src, s->dst, s->diff_dst, s->diff_src};
     char error[512] = {0};
