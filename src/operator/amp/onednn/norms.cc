@@ -41,8 +41,7 @@ void check_rows(int64_t rows, int64_t cols) {
 
 // Rows of a widened chunk (widen.h: kWidenedChunk). Rows are independent, so where bfloat16 rows run on float32
 // copies they are widened chunk after chunk, the copies a megabyte whatever the tensor (a BERT-style encoder's
-// LayerNorm gradient widened 3 x 3.1 MB at once, AMD EPYC class (a), 2026-12-07); else all rows at once. (The
-// library calls this softmax only where oneDNN 3 has bfloat16 primitives: ops/norm_ops.cc.)
+// LayerNorm gradient widened 3 x 3.1 MB at once, AMD EPYC class (a), 2026-12-07); else all rows at once.
 int64_t chunk_rows(bool widening, int64_t rows, int64_t cols) {
   return widening ? std::max<int64_t>(1, std::min(rows, kWidenedChunk / cols)) : rows;
 }
@@ -221,6 +220,8 @@ AmpSoftmax widened(const AmpSoftmax& s, Widening* w) {
   return f;
 }
 
+// All rows at once: the library calls this only where oneDNN 3 has bfloat16 primitives (ops/norm_ops.cc), so nothing
+// is widened in practice; the row kernels serve the other CPUs.
 void run_softmax(const AmpSoftmax& original) {
   check_rows(original.rows, original.cols);
   if (original.pass != AMP_ROWS_FORWARD && original.pass != AMP_ROWS_BACKWARD) {
