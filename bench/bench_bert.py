@@ -97,8 +97,6 @@ def _mx_child(config, workload, args):
     """One MXNet configuration; returns its row (seconds, threads, deviation or losses)."""
     import mxnet as mx
     from mxnet import autograd, gluon
-    # first: loading this project's library regenerates MXNet's operator functions, which would silently undo
-    # mxnet.contrib.amp.init's patches if it came after it
     from mxnet.amp.core import library
     if workload == "train" and config == "contrib_bf16":
         from mxnet.contrib import amp

@@ -167,9 +167,6 @@ def _child(config, steps, batch, size, profile=False, model="resnet18"):
         return _timed(torch_step(model, batch, size, config == "torch_bf16"), steps), torch.get_num_threads()
     import mxnet as mx
     from mxnet import autograd, gluon
-    # before contrib's init: loading this project's library (build() imports it for the encoder's adamw)
-    # regenerates MXNet's operator functions, which would silently undo mxnet.contrib.amp.init's patches
-    from mxnet.amp.core import library  # noqa: F401
     if config == "contrib_bf16":
         from mxnet.contrib import amp as peer
         peer.init(target_dtype="bfloat16")

@@ -1,5 +1,6 @@
 """Loading of libmxnet_amp by mxnet.amp.core.library: once, quietly, from $MXNET_AMP_LIBRARY when set."""
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -30,9 +31,9 @@ def test_library_path_is_real_and_ops_registered():
 
 def test_reload_does_not_load_again(monkeypatch):
     def fail(*args, **kwargs):
-        raise AssertionError("mx.library.load called a second time")
+        raise AssertionError("MXLoadLib called a second time")
 
-    monkeypatch.setattr(mx.library, "load", fail)
+    monkeypatch.setattr(mx.base._LIB, "MXLoadLib", fail)
     path = library.LIBRARY_PATH
     importlib.reload(library)
     assert library.LIBRARY_PATH == path
@@ -42,6 +43,37 @@ def test_import_is_quiet():
     result = run_python("import mxnet.amp")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and result.stderr == ""
+
+
+def test_loading_leaves_mxnets_operator_functions_as_they_are():
+    """The library's ops get functions of their own; MXNet's are not regenerated (mx.library.load would replace
+    every one, undoing a patch made before, as mxnet.contrib.amp.init's)."""
+    code = (
+        "import json, types, mxnet as mx\n"
+        "modules = [mx.nd, mx.nd.op, mx.nd._internal, mx.sym, mx.sym.op, mx.sym._internal]\n"
+        "def functions():\n"
+        "    return {(m.__name__, k): id(v) for m in modules for k, v in vars(m).items()\n"
+        "            if isinstance(v, types.FunctionType)}\n"
+        "patched = lambda *a, **k: 'patched'\n"
+        "mx.nd.FullyConnected = patched\n"
+        "before = functions()\n"
+        "from mxnet import amp\n"
+        "from mxnet.amp.core import library\n"
+        "after = functions()\n"
+        "changed = sorted('%s.%s' % k for k in before if after.get(k) != before[k])\n"
+        "added = sorted({k[1] for k in set(after) - set(before)})\n"
+        "works = mx.nd.amp_fully_connected(mx.nd.ones((2, 3)), mx.nd.ones((4, 3)), num_hidden=4, no_bias=True)\n"
+        "print(json.dumps({'changed': changed, 'added': added, 'ops': list(library.OP_NAMES),\n"
+        "                  'patched': mx.nd.FullyConnected is patched, 'sum': float(works.sum().asscalar()),\n"
+        "                  'module': mx.sym.amp_layer_norm.__module__}))\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["changed"] == [] and got["patched"] is True
+    assert set(got["ops"]) <= set(got["added"])  # each op of the library, in mx.nd, mx.sym and their .op
+    assert all(name.startswith(("amp_", "_backward_amp_")) for name in got["added"]), got["added"]
+    assert got["sum"] == 24.0 and got["module"] == "mxnet.symbol"
 
 
 def test_missing_library_names_path_and_build_command():
@@ -62,7 +94,7 @@ def test_env_var_selects_library_and_copies_are_not_loaded_twice(tmp_path):
         "from mxnet.amp.core import library, ops\n"
         "print(library.LIBRARY_PATH)\n"
         "loads = []\n"
-        "mx.library.load = lambda *a, **k: loads.append(a)\n"
+        "mx.base._LIB.MXLoadLib = lambda *a: loads.append(a)\n"
         "import importlib, os\n"
         "os.environ['MXNET_AMP_LIBRARY'] = %r\n"
         "importlib.reload(library)\n"

@@ -41,8 +41,8 @@ def snapshot():
     found["registry_ opsets"] = sorted(MXNetGraph.registry_)
     return found
 
-# the library loaded as mxnet.amp loads it (mx.library.load makes MXNet regenerate its operator front ends),
-# before anything of mxnet.amp runs
+# the library loaded before anything of mxnet.amp runs (through mx.library.load, which regenerates MXNet's operator
+# front ends: mxnet.amp then finds its ops registered and loads nothing)
 import importlib.util, os
 package = os.path.dirname(importlib.util.find_spec("mxnet.amp").origin)
 mx.library.load(os.environ.get("MXNET_AMP_LIBRARY") or os.path.join(package, "_lib", "libmxnet_amp.so"), False)

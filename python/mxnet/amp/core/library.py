@@ -15,12 +15,13 @@ import ctypes
 import functools
 import logging
 import os
-from typing import Optional, Tuple
+import sys
+from typing import List, Optional, Tuple
 
 import mxnet as mx
 
 from ..base.op_names import ALL_OPS, MATMUL_OPS
-from ..base.registry import registered_ops
+from ..base.registry import op_handle, registered_ops
 
 __all__ = ["OP_NAMES", "ONEDNN_OPS", "LIBRARY_PATH", "GRAPH_INFER_ENV", "GRAPH_INFERENCE", "WITHOUT_GRAPH_INFER",
            "invoker_convention", "install_graph_inference", "CACHE_FIELDS", "cpu_isa", "cuda_kernels", "onednn",
@@ -86,9 +87,32 @@ def _load(path: str) -> str:
             "`bash tools/build_dev.sh` (dev tree) or `pip install .`, or set MXNET_AMP_LIBRARY "
             "to the path of a built libmxnet_amp.so" % path)
     if missing:
-        mx.library.load(path, verbose=False)
+        mx.base.check_call(mx.base._LIB.MXLoadLib(mx.base.c_str(path), mx.base.mx_uint(0)))
+        _add_op_functions(sorted(set(registered_ops()) - registered))
     install_graph_inference(ctypes.CDLL(path))
     return path
+
+
+def _add_op_functions(names: List[str]) -> None:
+    """Give the newly registered ops ``names`` their ``mx.nd`` and ``mx.sym`` functions, as MXNet makes its own
+    (``mx.nd.op`` / ``mx.sym.op`` and the packages themselves; ``_internal`` for names starting with ``_``).
+
+    ``mx.library.load`` would regenerate the function of every op MXNet has (about 0.8 s and 5 MB of Python
+    objects), replacing each: a patch made before (``mxnet.contrib.amp.init``'s, a user's) would be silently
+    undone. MXNet's existing functions are left as they are.
+    """
+    from mxnet.ndarray.register import _make_ndarray_function
+    from mxnet.symbol.register import _make_symbol_function
+    for package, make in (("mxnet.ndarray", _make_ndarray_function), ("mxnet.symbol", _make_symbol_function)):
+        internal, op_module = sys.modules[package + "._internal"], sys.modules[package + ".op"]
+        for name in names:
+            function = make(mx.base.OpHandle(op_handle(name)), name, name)
+            function.__module__ = package
+            homes = (internal,) if name.startswith("_") else (op_module, sys.modules[package])
+            for module in homes:
+                setattr(module, name, function)
+                if hasattr(module, "__all__"):
+                    module.__all__.append(name)
 
 
 #: ``MXNET_AMP_GRAPH_INFER=0`` loads the library without its MXNet-native graph inference (the fallback where
