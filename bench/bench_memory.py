@@ -18,7 +18,9 @@ The main table shows, per workload and configuration:
 - ``steady``: the RSS after the last step;
 - ``scratch``: the bytes of the library's oneDNN 3 scratch buffers at the end (``mxnet.amp`` only,
   :func:`mxnet.amp.core.library.onednn_cache`), and ``JIT``: the RSS of anonymous executable mappings in
-  ``/proc/self/smaps`` (oneDNN's generated kernels: this package's oneDNN 3, MXNet's own MKL-DNN, PyTorch's).
+  ``/proc/self/smaps`` (oneDNN's generated kernels: this package's oneDNN 3, MXNet's own MKL-DNN, PyTorch's);
+  ``libdnnl``: the resident pages of this package's oneDNN 3 library (``libdnnl.so.3``, loaded on the library's
+  first product, so after ``base``; MXNet's and PyTorch's oneDNN are inside their own libraries, not counted).
 
 The phase table shows RSS / high-water RSS in MB after each phase of the first step, as the step's own hook
 sees them: ``build`` (model built, initialised and hybridised, trainer made, before any forward), ``forward``,
@@ -84,9 +86,39 @@ def anon_exec_kb(smaps):
     return total
 
 
-def _jit_mb():
+def library_kb(smaps, prefix):
+    """The resident kB of the mappings of the files whose name starts with ``prefix``, in the text of a
+    ``/proc/PID/smaps`` (a library's code and data pages, as loaded and touched).
+
+    Parameters
+    ----------
+    smaps : str
+        As for :func:`anon_exec_kb`.
+    prefix : str
+        The start of the file name (without its folder), e.g. ``"libdnnl"``.
+
+    Returns
+    -------
+    int
+        The sum of ``Rss`` over those mappings.
+    """
+    total, counting = 0, False
+    for line in smaps.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            counting = len(fields) >= 6 and os.path.basename(fields[5]).startswith(prefix)
+        elif counting and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+def _code_mb():
+    """``(JIT code, this package's oneDNN 3 library)``, resident MB."""
     with open("/proc/self/smaps") as f:
-        return anon_exec_kb(f.read()) / 1024.0
+        smaps = f.read()
+    return anon_exec_kb(smaps) / 1024.0, library_kb(smaps, "libdnnl") / 1024.0
 
 
 def _mxnet_step(workload, config):
@@ -167,8 +199,9 @@ def child(workload, config, steps):
         from mxnet.amp.core import library
         cache = library.onednn_cache()
         scratch = cache["buffer_bytes"] / 2.0 ** 20 if cache else None
+    jit, onednn = _code_mb()
     return {"base_mb": base, "peak_mb": _status("VmHWM"), "rss_mb": _status("VmRSS"), "phases": phases,
-            "scratch_mb": scratch, "jit_mb": _jit_mb()}
+            "scratch_mb": scratch, "jit_mb": jit, "onednn_mb": onednn}
 
 
 def run_child(workload, config, steps, python, timeout=1800):
@@ -194,10 +227,11 @@ def _print_main(workload, results):
             print("%s | %s | %s" % (workload, config, r["error"]), flush=True)
             continue
         ratio = ratios(r, results.get(reference_of(config)))
-        print("%s | %s | %.0f | %.0f | %s | %s | %.0f | %s | %.1f" % (
+        print("%s | %s | %.0f | %.0f | %s | %s | %.0f | %s | %.1f | %s" % (
             workload, config, r["base_mb"], r["peak_mb"], "%.2fx" % ratio[0] if ratio else "-",
             "%.2fx" % ratio[1] if ratio else "-", r["rss_mb"],
-            "-" if r["scratch_mb"] is None else "%.1f" % r["scratch_mb"], r["jit_mb"]))
+            "-" if r["scratch_mb"] is None else "%.1f" % r["scratch_mb"], r["jit_mb"],
+            "%.1f" % r["onednn_mb"] if r["onednn_mb"] else "-"))
 
 
 def _print_phases(workload, results):
@@ -245,7 +279,8 @@ def main(argv=None):
     print("%d steps per configuration, one child process each%s" % (
         args.steps, "; not run (torch or torchvision not importable): " + ", ".join(skipped) if skipped else ""))
     results = {}
-    print("workload | config | base MB | peak MB | vs fp32 | over base | steady MB | scratch MB | JIT MB")
+    print("workload | config | base MB | peak MB | vs fp32 | over base | steady MB | scratch MB | JIT MB | "
+          "libdnnl MB")
     for workload in args.workloads.split(","):
         results[workload] = {c: run_child(workload, c, args.steps, args.torch_python if c.startswith("torch")
                                           else sys.executable) for c in configs}

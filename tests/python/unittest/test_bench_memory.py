@@ -1,4 +1,4 @@
-"""``bench/bench_memory.py``'s pure helpers: the JIT-code count of ``/proc/PID/smaps`` and the ratios."""
+"""``bench/bench_memory.py``'s pure helpers: the JIT-code and library counts of ``/proc/PID/smaps`` and the ratios."""
 import os
 import sys
 
@@ -30,6 +30,19 @@ VmFlags: rd ex mr mw me de sd
 def test_anon_exec_counts_only_anonymous_executable_mappings():
     assert bm.anon_exec_kb(_SMAPS) == 600 + 64  # not the binary, the data mapping nor the vdso
     assert bm.anon_exec_kb("") == 0
+
+
+def test_library_counts_every_mapping_of_the_named_files():
+    smaps = _SMAPS + (
+        "7f1000000000-7f1002000000 r-xp 00000000 08:01 77                         /venv/lib/libdnnl.so.3\n"
+        "Size:              32768 kB\nRss:               17920 kB\n"
+        "7f1002000000-7f1002100000 r--p 02000000 08:01 77                         /venv/lib/libdnnl.so.3\n"
+        "Size:               1024 kB\nRss:                 452 kB\n"
+        "7f1003000000-7f1003100000 r-xp 00000000 08:01 78                         /venv/lib/libmxnet.so\n"
+        "Size:               1024 kB\nRss:                1000 kB\n")
+    assert bm.library_kb(smaps, "libdnnl") == 17920 + 452  # its text and data, not another library's
+    assert bm.library_kb(_SMAPS, "libdnnl") == 0
+    assert bm.anon_exec_kb(smaps) == 600 + 64
 
 
 def test_ratios_are_counted_over_each_rows_own_base():
