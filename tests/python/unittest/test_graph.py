@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxnet.amp.base.dtypes import mx_dtype
 from mxnet.amp.core.policy import EMULATED, FLOAT32, FP32, LP16, NATIVE, NEUTRAL, WIDEST, make_policy
 from mxnet.amp.graph.builder import CastBuilder
 from mxnet.amp.graph.infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
@@ -93,6 +94,14 @@ def test_entry_dtypes_come_from_mxnet_type_inference():
     dtypes = infer_entry_dtypes(graph, {"x": np.float32})
     assert dtypes == {(0, 0): "float32", (1, 0): "float32", (2, 0): "float16"}
     assert set(infer_entry_dtypes(graph, {}).values()) <= {None, "float16"}  # unknown stays unknown
+
+
+def test_entry_dtypes_of_a_graph_mxnet_cannot_type_keep_the_variables_dtypes():
+    # bfloat16 data beside a float32 weight: FullyConnected wants one dtype for both, so MXNet types nothing
+    fc = mx.sym.FullyConnected(mx.sym.var("x"), mx.sym.var("w"), num_hidden=2, no_bias=True)
+    graph = to_graph(mx.sym.relu(fc))
+    dtypes = infer_entry_dtypes(graph, {"x": mx_dtype(BF16), "w": np.float32})
+    assert dtypes == {(0, 0): BF16, (1, 0): "float32", (2, 0): None, (3, 0): None}
 
 
 def test_lp_input_dtypes_keep_batchnorm_parameters_float32():

@@ -94,6 +94,42 @@ def test_training_graphs_on_class_a_keep_bfloat16_on_the_library_kernels(class_a
 
 
 @requires_onednn3
+def test_bfloat16_data_beside_float32_parameters_reads_them_as_they_are(class_a):
+    """bfloat16 data (from a data pipeline, or an earlier block) beside float32 parameters: MXNet cannot type that
+    graph, and the rewrite still knows the parameters' dtypes from the block: no weight casts (they kept bfloat16
+    copies of every weight for backward: the BERT-style encoder of bench_memory.py peaked at 975 MB instead of 850),
+    and the same gradients as the same network fed the float32 data."""
+    x = mx.sym.var("data")
+    y = mx.sym.FullyConnected(x, mx.sym.var("w1"), mx.sym.var("b1"), num_hidden=8, flatten=False, name="fc1")
+    y = mx.sym.FullyConnected(mx.sym.relu(y), mx.sym.var("w2"), num_hidden=4, no_bias=True, name="fc2")
+    sym, _ = rewrite_symbol(y, make_policy("bfloat16"), "cpu", {"data": BFLOAT16}, {"data": (2, 5)})
+    graph = to_graph(sym)
+    products = [n for n in graph["nodes"] if n["op"] == "amp_fully_connected"]
+    assert len(products) == 2 and all(n["attrs"]["param_dtype"] == "float32" for n in products)
+    read = {graph["nodes"][e[0]]["name"] for n in products for e in n["inputs"][1:]}
+    assert read == {"w1", "b1", "w2"}  # the parameters themselves, no cast between
+
+    values = np.random.RandomState(0).uniform(-1, 1, (2, 5)).astype(np.float32)
+    amp.init("bfloat16")
+    grads = {}
+    for fed in ("float32", "bfloat16"):
+        mx.random.seed(0)
+        net = mx.gluon.nn.HybridSequential()
+        net.add(mx.gluon.nn.Dense(8, flatten=False, activation="relu"), mx.gluon.nn.Dense(4, flatten=False))
+        net.initialize(mx.init.Xavier())
+        net.hybridize()
+        data = mx.nd.array(values) if fed == "float32" else mx.nd.amp_cast(mx.nd.array(values), dtype=BFLOAT16)
+        with mx.autograd.record():
+            out = net(data)
+        out.backward(mx.nd.ones_like(out))
+        casts = [op for op, _ in _ops(net._cached_graph[1])[0] if "cast" in op]
+        grads[fed] = [p.grad().asnumpy() for p in net.collect_params().values()], casts
+    assert grads["bfloat16"][1] == [] and grads["float32"][1] == ["amp_multi_cast"]  # the data's cast alone
+    for a, b in zip(grads["float32"][0], grads["bfloat16"][0]):
+        assert a.dtype == np.float32 and np.array_equal(a, b)
+
+
+@requires_onednn3
 def test_attention_on_class_a_runs_the_library_kernels_and_swaps_axes_in_bfloat16(class_a):
     sym, _ = rewrite_symbol(_attention(), make_policy("bfloat16"), "cpu", var_shapes={"data": (2, 5, 8)})
     ops, graph = _ops(sym)

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import mxnet as mx
 
-from ..base.dtypes import TYPE_CODES, dtype_name
+from ..base.dtypes import DTYPE_OF_CODE, TYPE_CODES, dtype_name
 from .symbol_json import Entry, with_var_dtypes
 
 __all__ = ["infer_entry_dtypes", "lp_input_dtypes", "output_dtypes"]
@@ -19,18 +19,22 @@ def infer_entry_dtypes(graph: dict, var_dtypes: Mapping[str, Any]) -> Dict[Entry
     """Return ``{(node_id, output_index): dtype name or None}`` for every entry some node or head reads.
 
     Runs MXNet's partial type inference once on a copy of the graph whose heads are all those entries.
-    Unknown types (or a graph MXNet cannot type) give ``None``.
+    Unknown types give ``None``. Where MXNet cannot type the graph at all (bfloat16 data beside float32
+    parameters: its ops want one dtype for all their inputs), the variables still have the dtypes given, and
+    every other entry ``None``.
     """
     wanted = sorted({tuple(e[:2]) for node in graph["nodes"] for e in node["inputs"]}
                     | {tuple(h[:2]) for h in graph["heads"]})
-    probe = dict(graph, nodes=with_var_dtypes(graph["nodes"], var_dtypes),
-                 heads=[[nid, idx, 0] for nid, idx in wanted])
+    nodes = with_var_dtypes(graph["nodes"], var_dtypes)
+    probe = dict(graph, nodes=nodes, heads=[[nid, idx, 0] for nid, idx in wanted])
     try:
         _, out_types, _ = mx.sym.load_json(json.dumps(probe)).infer_type_partial()
     except mx.base.MXNetError:
         out_types = None
     if out_types is None:
-        return dict.fromkeys(wanted)
+        given = {i: DTYPE_OF_CODE.get(node.get("attrs", {}).get("__dtype__")) for i, node in enumerate(nodes)
+                 if node["op"] == "null"}
+        return {entry: given.get(entry[0]) for entry in wanted}
     return {entry: dtype_name(t) for entry, t in zip(wanted, out_types)}
 
 
