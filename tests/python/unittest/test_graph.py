@@ -216,6 +216,24 @@ def test_residual_sum_becomes_the_convolution_with_sum():
     assert conv["op"] == "amp_convolution" and conv["attrs"]["with_sum"] == "True" and len(conv["inputs"]) == 3
 
 
+def test_a_float32_residual_added_through_a_widest_cast_makes_the_product_write_float32():
+    x, w = mx.sym.var("x"), mx.sym.var("w")
+    fc = mx.sym.amp_fully_connected(mx.sym.amp_cast(x, dtype=mx_dtype(BF16)), w, num_hidden=4, no_bias=True,
+                                    flatten=False, param_dtype="float32", name="fc")
+    widened = mx.sym.amp_multicast(x, fc, num_outputs=2)
+    dtypes = {"x": np.float32, "w": np.float32}
+    fused = fuse_sum(to_graph(mx.sym.elemwise_add(widened[0], widened[1])), dtypes)
+    assert _ops(fused) == ["null", "amp_cast", "null", "amp_fully_connected"]  # the cast and the sum gone
+    node = fused["nodes"][-1]
+    assert node["attrs"]["with_sum"] == "True" and node["attrs"]["out_dtype"] == "float32"
+    assert fused["nodes"][node["inputs"][-1][0]]["name"] == "x"  # the float32 residual itself
+    # the widened copies read elsewhere too, or a low precision residual through the cast: left as they are
+    kept = fuse_sum(to_graph(mx.sym.Group([mx.sym.elemwise_add(widened[0], widened[1]), widened[0]])), dtypes)
+    assert "amp_multicast" in _ops(kept) and "with_sum" not in kept["nodes"][3].get("attrs", {})
+    low = mx.sym.amp_multicast(mx.sym.amp_cast(x, dtype=mx_dtype(BF16)), fc, num_outputs=2)
+    assert "amp_multicast" in _ops(fuse_sum(to_graph(mx.sym.elemwise_add(low[0], low[1])), dtypes))
+
+
 def test_residual_sum_and_gelu_fuse_into_the_fully_connected_layer():
     x, w = mx.sym.var("x"), mx.sym.var("w")
     fc = mx.sym.amp_fully_connected(x, w, num_hidden=4, no_bias=True, flatten=False, name="fc")

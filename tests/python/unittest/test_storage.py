@@ -130,6 +130,36 @@ def test_bfloat16_data_beside_float32_parameters_reads_them_as_they_are(class_a)
 
 
 @requires_onednn3
+def test_a_float32_residual_stream_fuses_into_the_product_writing_float32(class_a):
+    """x + fc2(fc1(x)) with x the graph's float32 input: the widest-type sum is float32, and fc2 writes it itself
+    (its accumulator plus x, no bfloat16 rounding of the product, no widened copies); values and gradients those of
+    the float32 graph within bfloat16 rounding of the products' operands."""
+    data = mx.sym.var("data")
+    h = mx.sym.FullyConnected(data, num_hidden=8, flatten=False, name="fc1")
+    sym = mx.sym.FullyConnected(h, num_hidden=6, flatten=False, name="fc2") + data
+    low, _ = rewrite_symbol(sym, make_policy("bfloat16"), "cpu", var_shapes={"data": (3, 5, 6)})
+    graph = to_graph(low)
+    fc2 = next(n for n in graph["nodes"] if n["name"] == "fc2")
+    assert fc2["attrs"]["with_sum"] == "True" and fc2["attrs"]["out_dtype"] == "float32"
+    assert graph["nodes"][fc2["inputs"][-1][0]]["name"] == "data"
+    assert not {"amp_multicast", "amp_multi_widest_cast", "elemwise_add", "_plus"} & {n["op"] for n in graph["nodes"]}
+    rng = np.random.RandomState(4)
+    shapes = dict(zip(sym.list_arguments(), sym.infer_shape(data=(3, 5, 6))[0]))
+    feed = {k: rng.uniform(-1, 1, v).astype(np.float32) for k, v in shapes.items()}
+    head = rng.uniform(-1, 1, (3, 5, 6)).astype(np.float32)
+    results = []
+    for g in (sym, low):
+        grads = {k: mx.nd.zeros(v) for k, v in shapes.items()}
+        exe = g.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in feed.items()}, args_grad=grads)
+        out = exe.forward(is_train=True)[0]
+        exe.backward(mx.nd.array(head))
+        results.append([out.dtype, out.asnumpy()] + [grads[k].asnumpy() for k in sorted(grads)])
+    assert results[1][0] == np.float32
+    for name, ref, got in zip(["out"] + sorted(shapes), results[0][1:], results[1][1:]):
+        np.testing.assert_allclose(got, ref, rtol=2 ** -6, atol=2 ** -6 * np.abs(ref).max(), err_msg=name)
+
+
+@requires_onednn3
 def test_attention_on_class_a_runs_the_library_kernels_and_swaps_axes_in_bfloat16(class_a):
     sym, _ = rewrite_symbol(_attention(), make_policy("bfloat16"), "cpu", var_shapes={"data": (2, 5, 8)})
     ops, graph = _ops(sym)

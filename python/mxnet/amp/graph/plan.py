@@ -9,11 +9,10 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from .. import lists
 from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, Policy
-from .symbol_json import CAST_OPS, is_mode_node
+from .symbol_json import CAST_OPS, FALSE_VALUES, is_mode_node
 
 __all__ = ["NodePlan", "plan_node", "kernel_op"]
 
-_FALSE = ("False", "0", "false")
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def _stats_plan(node: dict, policy: Policy, device_type: str, data_dtype: Option
     """
     attrs = node.get("attrs", {})
     if (data_dtype not in (policy.target_dtype, "float32") or attrs.get("axis", "-1") != "-1"
-            or attrs.get("output_mean_var", "False") not in _FALSE
+            or attrs.get("output_mean_var", "False") not in FALSE_VALUES
             or attrs.get("dtype", "None") not in ("None", "float32")):
         return None
     kernel = policy.stats_kernel(node["op"], device_type, node["name"])
@@ -164,7 +163,7 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
     if action != NEUTRAL or not input_dtypes:
         return NodePlan(action, None, op)
     kernel = (policy.neutral_kernel(op, device_type, node["name"])
-              if not inference and input_dtypes[0] == target and attrs.get("output_mean_var", "False") in _FALSE
+              if not inference and input_dtypes[0] == target and attrs.get("output_mean_var", "False") in FALSE_VALUES
               else None)
     if kernel is not None:
         return NodePlan(action, None, kernel, neutral_kernel=True)

@@ -4,13 +4,13 @@ is read (in training graphs: the graph's outputs), and in inference graphs GELUs
 post-ops."""
 import functools
 import itertools
-from typing import Any, Callable, FrozenSet, Mapping, Optional
+from typing import Any, Callable, FrozenSet, List, Mapping, Optional
 
 from ..core.policy import NEUTRAL, Policy
 from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
 from .builder import RewriteStats
 from .infer import infer_entry_dtypes
-from .symbol_json import CAST_OPS, NodeList, compact, entry_uses, num_outputs
+from .symbol_json import CAST_OPS, FALSE_VALUES, Entry, NodeList, compact, entry_uses, num_outputs
 
 __all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs", "drop_noop_casts", "library_casts",
            "storage_kernels", "float32_islands", "fanout_copies"]
@@ -21,6 +21,8 @@ _ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolut
 _TRAINING_ACT_FUSING = {"amp_fully_connected": frozenset({"relu"}), "amp_convolution": frozenset({"relu"}),
                         "amp_batch_norm": frozenset({"relu"})}
 _SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected", "amp_batch_norm"})
+#: Those that also write float32 (``out_dtype``) where the sum's other operand is float32.
+_WIDENED_SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected"})
 #: (op, act_type) of the activation nodes that fuse -> the library's act_type.
 _ACTIVATIONS = {("Activation", "relu"): "relu", ("_npx_activation", "relu"): "relu",
                 ("LeakyReLU", "gelu"): "gelu", ("_npx_leaky_relu", "gelu"): "gelu"}
@@ -39,32 +41,57 @@ def fuse_sum(graph: dict, var_dtypes: Mapping[str, Any]) -> dict:
     training graphs, of an ``amp_batch_norm``'s first output) becomes the kernel's ``with_sum`` input (a oneDNN
     post-op: a ResNet block's or a transformer layer's residual add costs no pass of its own; in training graphs
     backward keeps the sum only, not the kernel's output beside it). The other operand must have the product's output
-    dtype and be computed before it."""
+    dtype and be computed before it.
+
+    A float32 residual (the model's float32 input, a pre-LN transformer's residual stream) added to a low precision
+    product or convolution reaches the sum through a widest-type cast (``amp_multicast``): the kernel then writes
+    float32 itself (``out_dtype``), its accumulator added to the residual, and the cast's two float32 copies go.
+    """
     if not any(node["op"] in _SUM_FUSING for node in graph["nodes"]):
         return graph
     uses = entry_uses(graph)
     dtypes = infer_entry_dtypes(graph, var_dtypes)
-    alias, fused = {}, {}
+    alias, fused, dropped = {}, {}, set()
     for nid, node in enumerate(graph["nodes"]):
         if node["op"] not in _SAME_SHAPE_SUMS or len(node["inputs"]) != 2:
             continue
         entries = [tuple(e[:2]) for e in node["inputs"]]
+        widening = _widening_cast(graph, entries, uses)
+        if widening is not None:
+            entries = [tuple(e[:2]) for e in graph["nodes"][widening]["inputs"]]
         # The later operand's convolution fuses: the other is then computed before it (graph order).
         for conv_entry, addend in sorted(itertools.permutations(entries), key=lambda p: -p[0][0]):
             conv = fused.get(conv_entry[0], graph["nodes"][conv_entry[0]])
             attrs = conv.get("attrs", {})
+            if widening is None:
+                fits = dtypes.get(conv_entry) is not None and dtypes.get(conv_entry) == dtypes.get(addend)
+            else:
+                fits = (conv["op"] in _WIDENED_SUM_FUSING and dtypes.get(addend) == "float32"
+                        and dtypes.get(conv_entry) not in (None, "float32"))
             if (conv["op"] in _SUM_FUSING and "act_type" not in attrs and "with_sum" not in attrs
                     and conv_entry[1] == 0 and addend[0] < conv_entry[0] and uses[conv_entry] == 1
-                    and conv_entry != addend
-                    and dtypes.get(conv_entry) is not None and dtypes.get(conv_entry) == dtypes.get(addend)):
+                    and conv_entry != addend and fits):
                 alias[(nid, 0)] = conv_entry
-                fused[conv_entry[0]] = dict(conv, attrs=dict(attrs, with_sum="True"),
+                wider = {} if widening is None else {"out_dtype": "float32"}
+                fused[conv_entry[0]] = dict(conv, attrs=dict(attrs, with_sum="True", **wider),
                                             inputs=conv["inputs"] + [[addend[0], addend[1], 0]])
+                dropped |= {nid} if widening is None else {nid, widening}
                 break
     if not alias:
         return graph
     nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
-    return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+    return compact(dict(graph, nodes=nodes), dropped, alias)
+
+
+def _widening_cast(graph: dict, entries: List[Entry], uses: Mapping[Entry, int]) -> Optional[int]:
+    """The node of the widest-type cast (``amp_multicast``) whose two outputs are ``entries`` and read nowhere else,
+    or None."""
+    nid = entries[0][0]
+    node = graph["nodes"][nid]
+    if (node["op"] != "amp_multicast" or node.get("attrs", {}).get("cast_narrow", "False") not in FALSE_VALUES
+            or len(node["inputs"]) != 2 or sorted(entries) != [(nid, 0), (nid, 1)]):
+        return None
+    return nid if uses[(nid, 0)] == 1 and uses[(nid, 1)] == 1 else None
 
 
 def fuse_activation(graph: dict, training: bool = False) -> dict:

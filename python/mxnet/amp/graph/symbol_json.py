@@ -12,8 +12,8 @@ import mxnet as mx
 
 from ..base.dtypes import TYPE_CODES, dtype_name
 
-__all__ = ["CAST_OPS", "MODE_NODE", "Entry", "is_mode_node", "to_graph", "to_symbol", "num_outputs", "entry_uses",
-           "assemble", "NodeList", "compact", "drop_rounding", "with_var_dtypes", "record_shapes"]
+__all__ = ["CAST_OPS", "MODE_NODE", "Entry", "FALSE_VALUES", "is_mode_node", "to_graph", "to_symbol", "num_outputs",
+           "entry_uses", "assemble", "NodeList", "compact", "drop_rounding", "with_var_dtypes", "record_shapes"]
 
 #: Ops that AMP itself inserts; the rewriter never casts their inputs.
 CAST_OPS = ("amp_cast", "amp_multicast", "amp_round")
@@ -24,6 +24,9 @@ MODE_NODE = "amp_mode"
 
 #: ``(node id, output index)``.
 Entry = Tuple[int, int]
+
+#: How symbol JSON spells a false boolean attribute.
+FALSE_VALUES = ("False", "0", "false")
 
 
 def is_mode_node(node: Mapping[str, Any]) -> bool:
