@@ -61,6 +61,23 @@ def test_gradient_is_the_mask_scaled(dtype):
     np.testing.assert_array_equal(_np(x.grad), bf16_round(want) if dtype == "bfloat16" else want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_dropout_written_over_its_input_is_the_same(dtype, mode):
+    """MXNet's memory plan may give the output its input's storage (nnvm/inplace.cc): the same values and mask as a
+    separate output's (the mask is a function of the seed and the index)."""
+    x, _ = _data((300, 1001), dtype)
+    flag = TRAINING if mode == "training" else INFERENCE
+    mx.random.seed(7)
+    y, mask = mx.nd.amp_dropout(x, flag, p=0.5)
+    same, same_mask = x.copy(), mx.nd.zeros(mask.shape, dtype=np.uint8)
+    mx.random.seed(7)
+    mx.nd.amp_dropout(same, flag, p=0.5, out=[same, same_mask])
+    np.testing.assert_array_equal(_np(same), _np(y))
+    np.testing.assert_array_equal(same_mask.asnumpy(), mask.asnumpy())
+    assert (mask.asnumpy() == 0).any() == (mode == "training")
+
+
 def test_mode_input_always_and_the_extremes():
     x, values = _data((50, 40), "float32")
     y, mask = mx.nd.amp_dropout(x, INFERENCE, p=0.5)  # not training: the identity

@@ -221,6 +221,20 @@ def test_log_softmax_matches_numpy(dtype, cols):
     _check_softmax("amp_log_softmax", dtype, RNG.uniform(-6, 6, (3, cols)), RNG.uniform(-1, 1, (3, cols)))
 
 
+@pytest.mark.parametrize("op", ["amp_softmax", "amp_log_softmax"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_softmax_written_over_its_input_is_the_same(op, dtype):
+    """MXNet's memory plan may give the output its input's storage (nnvm/inplace.cc): every row is read before it
+    is written, so the result is the one of a separate output, bit for bit."""
+    values = RNG.uniform(-6, 6, (37, 1000)).astype(np.float32)
+    x = mx.nd.array(values) if dtype == "float32" else mx.nd.amp_cast(mx.nd.array(values), dtype=BFLOAT16)
+    apart = getattr(mx.nd, op)(x)
+    same = x.copy()
+    getattr(mx.nd, op)(same, out=same)
+    np.testing.assert_array_equal(_np(same), _np(apart))
+    assert not np.array_equal(_np(apart), _np(x))
+
+
 @pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
 @pytest.mark.parametrize("lengths", [False, True])
 def test_softmax_is_stable_for_large_magnitudes(dtype, lengths):

@@ -586,8 +586,9 @@ inline float exp_nonpositive(float x) {
 
 template <typename X, typename Y, bool kLog>
 void softmax_row_loop(const void* x, void* y, int64_t valid, int64_t n, float scale, float* tmp) {
-  const typename X::storage* __restrict__ p = static_cast<const typename X::storage*>(x);
-  typename Y::storage* __restrict__ q = static_cast<typename Y::storage*>(y);
+  // x and y may be the same row (nnvm/inplace.cc): every element of it is read before the first is written
+  const typename X::storage* p = static_cast<const typename X::storage*>(x);
+  typename Y::storage* q = static_cast<typename Y::storage*>(y);
   float* __restrict__ e = tmp;
   if (valid > 0) {
     float m = -INFINITY;
@@ -668,8 +669,8 @@ void softmax_grad_row(int y_dtype, const void* y, const void* dy, int dx_dtype, 
 template <typename T>
 void dropout_loop(const void* x, void* y, uint8_t* mask, int64_t begin, int64_t end, uint64_t seed,
                   uint64_t keep_below, float scale) {
-  const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
-  typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
+  const typename T::storage* p = static_cast<const typename T::storage*>(x);  // y may be x (nnvm/inplace.cc)
+  typename T::storage* q = static_cast<typename T::storage*>(y);
   uint8_t* __restrict__ m = mask;
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {

@@ -42,6 +42,7 @@
 #include "nnvm/op.h"
 #include "../kernels/multi_tensor.h"
 #include "backward_inputs.h"
+#include "inplace.h"
 
 namespace {
 
@@ -323,6 +324,7 @@ extern "C" const char* mxnet_amp_install_graph_inference(const char* libmxnet_pa
     *installed += install(get_op, "amp_multi_widest_cast", "FInferType", make_infer<int, widest_type>(gcc4));
     *installed += install(get_op, "amp_multi_unscale_check", "FInferType", make_infer<int, flag_type>(gcc4));
     *installed += mxnet_amp_nnvm::install_backward_inputs(get_op, g_get_attr_map, kPriority);
+    *installed += mxnet_amp_nnvm::install_inplace(get_op, kPriority);
   } catch (const std::exception& e) {
     error = e.what();
     return error.c_str();
