@@ -60,6 +60,21 @@ def _status(key):
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024.0
 
 
+def _rss_kb(smaps, counts):
+    """The sum of ``Rss`` (kB) over the mappings of a ``/proc/PID/smaps`` text whose header line's fields
+    (``start-end perms offset dev inode [path]``) satisfy ``counts``."""
+    total, counting = 0, False
+    for line in smaps.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
+            counting = counts(fields)
+        elif counting and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
 def anon_exec_kb(smaps):
     """The resident kB of the anonymous executable mappings in the text of a ``/proc/PID/smaps``: JIT code.
 
@@ -74,16 +89,7 @@ def anon_exec_kb(smaps):
     int
         The sum of ``Rss`` over mappings whose permissions include ``x`` and that name no path.
     """
-    total, counting = 0, False
-    for line in smaps.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
-            counting = len(fields) == 5 and "x" in fields[1]
-        elif counting and fields[0] == "Rss:":
-            total += int(fields[1])
-    return total
+    return _rss_kb(smaps, lambda fields: len(fields) == 5 and "x" in fields[1])
 
 
 def library_kb(smaps, prefix):
@@ -102,16 +108,7 @@ def library_kb(smaps, prefix):
     int
         The sum of ``Rss`` over those mappings.
     """
-    total, counting = 0, False
-    for line in smaps.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if "-" in fields[0] and not fields[0].endswith(":"):
-            counting = len(fields) >= 6 and os.path.basename(fields[5]).startswith(prefix)
-        elif counting and fields[0] == "Rss:":
-            total += int(fields[1])
-    return total
+    return _rss_kb(smaps, lambda fields: len(fields) >= 6 and os.path.basename(fields[5]).startswith(prefix))
 
 
 def _code_mb():

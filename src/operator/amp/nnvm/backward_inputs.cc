@@ -178,8 +178,7 @@ std::vector<nnvm::NodeEntry> trimmed(const std::string& op, const nnvm::ObjectPt
 }  // namespace
 
 int install_backward_inputs(GetOpFn get_op, GetAttrMapFn get_attr_map, int priority) {
-  fanout_op() = get_op("amp_fanout");
-  if (fanout_op() == nullptr) throw std::invalid_argument("op amp_fanout is not registered");
+  fanout_op() = op_named(get_op, "amp_fanout");
   const dmlc::any* map = get_attr_map("FGradient");
   if (map == nullptr) throw std::invalid_argument("no op has attribute FGradient");
   const auto& gradients = nnvm::get<nnvm::OpMap<nnvm::FGradient>>(*map);
@@ -187,20 +186,14 @@ int install_backward_inputs(GetOpFn get_op, GetAttrMapFn get_attr_map, int prior
   std::set<std::string> done;
   for (const Unread& u : kUnread) {
     if (!done.insert(u.op).second) continue;
-    const nnvm::Op* op = get_op(u.op);
-    if (op == nullptr) throw std::invalid_argument(std::string("op ") + u.op + " is not registered");
+    const nnvm::Op* op = op_named(get_op, u.op);
     if (!gradients.count(op)) throw std::invalid_argument(std::string("op ") + u.op + " has no gradient");
     if (!originals().count(u.op)) originals()[u.op] = gradients[op];
     const std::string name = u.op;
     nnvm::FGradient wrapper = [name](const nnvm::ObjectPtr& node, const std::vector<nnvm::NodeEntry>& ograds) {
       return trimmed(name, node, ograds);
     };
-    try {
-      const_cast<nnvm::Op*>(op)->set_attr<nnvm::FGradient>("FGradient", wrapper, priority);
-      ++installed;
-    } catch (const std::exception& e) {
-      if (std::strstr(e.what(), "already registered with same plevel=") == nullptr) throw;
-    }
+    installed += set_attr_once<nnvm::FGradient>(op, "FGradient", wrapper, priority);
   }
   return installed;
 }

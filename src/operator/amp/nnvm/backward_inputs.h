@@ -6,15 +6,9 @@
 #ifndef MXNET_AMP_NNVM_BACKWARD_INPUTS_H_
 #define MXNET_AMP_NNVM_BACKWARD_INPUTS_H_
 
-#include <string>
-
-#include "nnvm/op.h"
+#include "op_attr.h"
 
 namespace mxnet_amp_nnvm {
-
-/*! \brief libmxnet's nnvm::Op::Get and nnvm::Op::GetAttrMap, looked up by name (no link-time dependency). */
-using GetOpFn = const nnvm::Op* (*)(const std::string&);
-using GetAttrMapFn = const dmlc::any* (*)(const std::string&);
 
 /*!
  * \brief Wraps the FGradient of the ops with unread forward tensors at priority; returns how many it set (0 where

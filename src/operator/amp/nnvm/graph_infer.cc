@@ -48,6 +48,8 @@ namespace {
 
 using mxnet_amp_nnvm::GetAttrMapFn;
 using mxnet_amp_nnvm::GetOpFn;
+using mxnet_amp_nnvm::op_named;
+using mxnet_amp_nnvm::set_attr_once;
 
 GetAttrMapFn g_get_attr_map = nullptr;
 
@@ -192,15 +194,7 @@ nnvm::FInferNodeEntryAttr<V> make_infer(bool gcc4_caller) {
 // Sets attr of op_name to fn at kPriority; false when it is set at that priority already (installed before).
 template <typename V>
 bool install(GetOpFn get_op, const char* op_name, const char* attr, const nnvm::FInferNodeEntryAttr<V>& fn) {
-  const nnvm::Op* op = get_op(op_name);
-  if (op == nullptr) throw std::invalid_argument(std::string("op ") + op_name + " is not registered");
-  try {
-    const_cast<nnvm::Op*>(op)->set_attr<nnvm::FInferNodeEntryAttr<V>>(attr, fn, kPriority);
-  } catch (const std::exception& e) {
-    if (std::strstr(e.what(), "already registered with same plevel=") == nullptr) throw;
-    return false;
-  }
-  return true;
+  return set_attr_once<nnvm::FInferNodeEntryAttr<V>>(op_named(get_op, op_name), attr, fn, kPriority);
 }
 
 // libstdc++'s std::function<void(dmlc::any*)> as raw memory (the same in GCC 4.8 and 12): functor storage,

@@ -14,9 +14,6 @@
  */
 #include "inplace.h"
 
-#include <cstring>
-#include <stdexcept>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,14 +33,7 @@ int install_inplace(GetOpFn get_op, int priority) {
     return std::vector<std::pair<int, int>>{{0, 0}};
   };
   for (const char* name : kInplace) {
-    const nnvm::Op* op = get_op(name);
-    if (op == nullptr) throw std::invalid_argument(std::string("op ") + name + " is not registered");
-    try {
-      const_cast<nnvm::Op*>(op)->set_attr<nnvm::FInplaceOption>("FInplaceOption", first, priority);
-      ++installed;
-    } catch (const std::exception& e) {
-      if (std::strstr(e.what(), "already registered with same plevel=") == nullptr) throw;
-    }
+    installed += set_attr_once<nnvm::FInplaceOption>(op_named(get_op, name), "FInplaceOption", first, priority);
   }
   return installed;
 }
