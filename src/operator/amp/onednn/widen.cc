@@ -48,25 +48,20 @@ namespace {
 // This thread's widening buffers, by slot; each grows to the largest size asked of it and is kept.
 class Buffers {
  public:
-  ~Buffers() {
-    for (const std::vector<float>& b : buffers_) cache_counters().buffer_bytes -= bytes(b);
-  }
   float* get(int slot, int64_t n) {
     if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(slot + 1);
-    std::vector<float>& b = buffers_[slot];
-    if (b.size() < static_cast<size_t>(n)) {
-      cache_counters().buffer_bytes -= bytes(b);
-      std::vector<float>().swap(b);  // the old one goes before the new one comes
-      b.resize(static_cast<size_t>(n));
-      cache_counters().buffer_bytes += bytes(b);
+    PageBuffer& b = buffers_[slot];
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (b.size() < bytes) {
+      b.release();  // the old one goes before the new one comes
+      b = PageBuffer(bytes);
     }
-    return b.data();
+    return static_cast<float*>(b.data());
   }
   int in_use = 0;
 
  private:
-  static int64_t bytes(const std::vector<float>& b) { return static_cast<int64_t>(b.size() * sizeof(float)); }
-  std::vector<std::vector<float>> buffers_;
+  std::vector<PageBuffer> buffers_;
 };
 
 Buffers& thread_buffers() {

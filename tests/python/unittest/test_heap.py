@@ -1,0 +1,84 @@
+"""Tests for mxnet.amp.core.heap: the free heap handed back once per AMP step (glibc's malloc_trim)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from mxnet import amp
+from mxnet.amp.core import heap
+from mxnet.amp.training import step as step_module
+
+GLIBC = heap._malloc_trim() is not None or os.environ.get(heap.TRIM_ENV) == "0"
+
+# A heap that keeps freed memory: a 12 MB block, mmapped and freed, raises glibc's mmap threshold to 12 MB and its
+# trim threshold to 24 MB; 16 blocks of 1 MB then come from the heap and, freed, stay resident below that threshold.
+_RETAINED_CHILD = r"""
+import ctypes, json, sys
+from mxnet.amp.core import heap
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024.0
+big = libc.malloc(12 << 20)
+ctypes.memset(big, 1, 12 << 20)
+libc.free(big)
+blocks = [libc.malloc(1 << 20) for _ in range(16)]
+for b in blocks:
+    ctypes.memset(b, 1, 1 << 20)
+for b in blocks:
+    libc.free(b)
+before = rss_mb()
+returned = heap.trim_free_heap()
+print(json.dumps({"before": before, "after": rss_mb(), "returned": returned}))
+"""
+
+
+def _child(code, **env):
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **env))
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1].replace("true", "True").replace("false", "False"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or heap._malloc_trim() is None,
+                    reason="malloc_trim is glibc's: this C library has none")
+def test_trim_gives_the_retained_free_heap_back():
+    out = _child(_RETAINED_CHILD)
+    assert out["returned"] is True
+    assert out["before"] - out["after"] > 12, out  # most of the 16 MB freed but resident
+
+
+def test_the_switch_turns_the_trim_off():
+    out = _child(_RETAINED_CHILD, **{heap.TRIM_ENV: "0"})
+    assert out["returned"] is False and out["before"] - out["after"] < 4, out
+
+
+def _train(steps, fused=True):
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd" if fused else "rmsprop", {"learning_rate": 0.1})
+    amp.init_trainer(trainer)
+    x = mx.nd.array(np.arange(8, dtype=np.float32).reshape(2, 4))
+    for _ in range(steps):
+        with autograd.record():
+            loss = net(x).sum()
+            with amp.scale_loss(loss, trainer) as scaled:
+                scaled.backward()
+        trainer.step(2)
+    mx.nd.waitall()
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused update", "MXNet's update"])
+def test_every_amp_step_trims_once(monkeypatch, fused):
+    calls = []
+    monkeypatch.setattr(step_module, "trim_free_heap", lambda: calls.append(1) or True)
+    _train(3, fused)
+    assert len(calls) == 3
