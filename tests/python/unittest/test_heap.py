@@ -1,5 +1,7 @@
 """Tests for mxnet.amp.core.heap: the free heap handed back once per AMP step (glibc's malloc_trim)."""
+import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -12,8 +14,6 @@ from mxnet import autograd, gluon
 from mxnet import amp
 from mxnet.amp.core import heap
 from mxnet.amp.training import step as step_module
-
-GLIBC = heap._malloc_trim() is not None or os.environ.get(heap.TRIM_ENV) == "0"
 
 # A heap that keeps freed memory: a 12 MB block, mmapped and freed, raises glibc's mmap threshold to 12 MB and its
 # trim threshold to 24 MB; 16 blocks of 1 MB then come from the heap and, freed, stay resident below that threshold.
@@ -45,11 +45,10 @@ def _child(code, **env):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, **env))
     assert proc.returncode == 0, proc.stderr
-    return eval(proc.stdout.strip().splitlines()[-1].replace("true", "True").replace("false", "False"))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or heap._malloc_trim() is None,
-                    reason="malloc_trim is glibc's: this C library has none")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's: this C library has none")
 def test_trim_gives_the_retained_free_heap_back():
     out = _child(_RETAINED_CHILD)
     assert out["returned"] is True
