@@ -86,25 +86,39 @@ def test_the_default_capacity_and_the_counters_in_this_process():
     assert after["misses"] + after["hits"] == before + 1
 
 
+# A fresh process: a slot that earlier calls left oversized would shrink during the 256 calls, as it should.
+_SHRINK_CHILD = r"""
+import json
+import mxnet as mx
+import numpy as np
+from mxnet.amp.core import library
+def conv(n, c):  # at most 8 output positions: im2col into a per-thread buffer, then one matmul
+    x, w = mx.nd.ones((n, c, 2, 2)), mx.nd.ones((16, c, 3, 3))
+    y = mx.nd.amp_convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=16, no_bias=True)
+    y.wait_to_read()
+    return library.onednn_cache()["buffer_bytes"], y
+small, _ = conv(1, 8)
+large, _ = conv(64, 256)
+kept = [conv(1, 8)[0] for _ in range(256)]
+again, y = conv(1, 8)
+print(json.dumps({"small": small, "large": large, "kept": kept, "again": again,
+                  "y": y.asnumpy()[0, :, 0, 0].tolist()}))
+"""
+
+
 @requires_onednn3
 def test_scratch_buffers_stay_for_the_next_step_and_shrink_back_after_256_smaller_calls():
-    def conv(n, c):  # at most 8 output positions: im2col into a per-thread buffer, then one matmul
-        x, w = mx.nd.ones((n, c, 2, 2)), mx.nd.ones((16, c, 3, 3))
-        y = mx.nd.amp_convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=16, no_bias=True)
-        y.wait_to_read()
-        return library.onednn_cache()["buffer_bytes"], y
-    small, _ = conv(1, 8)
-    large, _ = conv(64, 256)
+    proc = subprocess.run([sys.executable, "-c", _SHRINK_CHILD], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, MXNET_CPU_WORKER_NTHREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    small, large, again = r["small"], r["large"], r["again"]
     assert large >= 64 * 4 * 256 * 9 * 4  # the column matrix of the large call, float32
     # a training step's smaller layers keep the largest layer's buffers for its next step (no unmap, no faults)
-    for _ in range(256):
-        kept, _ = conv(1, 8)
-    assert kept == large
-    # the 257th smaller call in a row gives the large slots back; buffers under 1 MB are kept as they are.
-    # Relative to ``small``: earlier calls in this process may hold buffers of their own.
-    again, y = conv(1, 8)
+    assert set(r["kept"]) == {large}
+    # the 257th smaller call in a row gives the large slots back; buffers under 1 MB are kept as they are
     assert again - small < (large - small) / 4 and again <= small + (1 << 20), (small, large, again)
-    np.testing.assert_array_equal(y.asnumpy()[0, :, 0, 0], np.full(16, 8 * 4, np.float32))
+    np.testing.assert_array_equal(r["y"], np.full(16, 8 * 4, np.float32))
 
 
 def test_without_onednn3_there_is_no_cache_to_report():
