@@ -14,7 +14,6 @@ from .symbol_json import CAST_OPS, FALSE_VALUES, is_mode_node
 __all__ = ["NodePlan", "plan_node", "kernel_op"]
 
 
-
 @dataclass(frozen=True)
 class NodePlan:
     """How the rewrite treats one op node.

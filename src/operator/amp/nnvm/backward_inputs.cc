@@ -16,7 +16,6 @@
  * reference, which GCC 4.8's and later std::function invokers pass alike.
  */
 #include <cstddef>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <set>

@@ -6,7 +6,7 @@
 #ifndef MXNET_AMP_NNVM_INPLACE_H_
 #define MXNET_AMP_NNVM_INPLACE_H_
 
-#include "backward_inputs.h"
+#include "op_attr.h"
 
 namespace mxnet_amp_nnvm {
 
