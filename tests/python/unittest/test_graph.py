@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxnet.amp import lists
 from mxnet.amp.base.dtypes import mx_dtype
 from mxnet.amp.core.policy import EMULATED, FLOAT32, FP32, LP16, NATIVE, NEUTRAL, WIDEST, make_policy
 from mxnet.amp.graph.builder import CastBuilder
@@ -184,6 +185,30 @@ def test_neutral_plans_kernel_island_and_substitute(monkeypatch):
     cast = plan_node(_node(mx.sym.amp_cast(mx.sym.var("x"), dtype="float16")), policy, "cpu", False, ["float32"],
                      False)
     assert (cast.action, cast.op) == (NEUTRAL, "amp_cast")
+
+
+def test_training_graphs_on_cpus_read_a_tensor_read_twice_through_fanout_copies(monkeypatch):
+    """MXNet's add_n has no bfloat16 kernel on CPUs (lists.fanout_copies): a bfloat16 tensor read by two products of
+    a training graph is read through one amp_fanout's two copies; inference graphs, emulation, MXNet's kernels and
+    GPUs read it as it is."""
+    monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
+    h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=8, name="fc0")
+    sym = mx.sym.Group([mx.sym.FullyConnected(h, num_hidden=4, name="fc1"),
+                        mx.sym.FullyConnected(h, num_hidden=4, name="fc2")])
+
+    def fanouts(policy, inference=False, device_type="cpu"):
+        out, _ = rewrite_symbol(sym, policy, device_type, var_shapes={"data": (2, 6)}, inference=inference)
+        nodes = json.loads(out.tojson(remove_amp_cast=False))["nodes"]
+        return [(n["attrs"]["num_outputs"], nodes[n["inputs"][0][0]]["name"]) for n in nodes if n["op"] == "amp_fanout"]
+    assert [n for n, _ in fanouts(make_policy(BF16))] == ["2"]
+    assert fanouts(make_policy(BF16), inference=True) == []
+    assert fanouts(make_policy(BF16, kernels="mxnet")) == []
+    assert fanouts(make_policy(BF16, emulate=True)) == []
+    assert fanouts(make_policy("float16"), device_type="gpu") == []
+    assert lists.fanout_copies(BF16, "cpu") and not lists.fanout_copies(BF16, "gpu")
+    assert not lists.fanout_copies("float16", "cpu")
+    with pytest.raises(ValueError, match="Unknown device_type 'tpu': expected one of 'cpu', 'gpu'"):
+        lists.fanout_copies(BF16, "tpu")
 
 
 # ---- postops ----------------------------------------------------------------------------------------------------

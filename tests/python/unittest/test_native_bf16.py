@@ -270,6 +270,31 @@ def test_amp_init_trains_resnet_block_close_to_float32():
 
 
 @requires_native_bf16
+def test_amp_init_adds_the_gradients_of_tensors_read_more_than_once_through_fanout_copies():
+    """The encoder block's input, cast to bfloat16, is read by the three projections, the first LayerNorm's output by
+    the FFN and a residual sum: their readers' gradients are added by amp_fanout's backward (in float32, rounded
+    once), not by MXNet's add_n, and the gradients match float32 training's within bfloat16's own error."""
+    def grads(use_amp, emulate=None):
+        amp.reset()
+        if use_amp:
+            amp.init("bfloat16", emulate=emulate)
+        net, x = _encoder()
+        x.attach_grad()
+        with autograd.record():
+            out = net(x)
+        out.backward(mx.nd.array(np.random.RandomState(1).uniform(-1, 1, out.shape)))
+        graph = json.loads(net._cached_graph[1].tojson(remove_amp_cast=False))
+        fanouts = sorted(int(n["attrs"]["num_outputs"]) for n in graph["nodes"] if n["op"] == "amp_fanout")
+        return x.grad.asnumpy(), net.q.weight.grad().asnumpy(), fanouts
+    ref_dx, ref_dw, ref_fanouts = grads(False)
+    dx, dw, fanouts = grads(True)
+    emulated_dx, emulated_dw, emulated_fanouts = grads(True, emulate=True)
+    assert ref_fanouts == emulated_fanouts == [] and fanouts == [2, 3]
+    assert _deviation(dx, ref_dx) <= 1.25 * _deviation(emulated_dx, ref_dx) + 1e-3
+    assert _deviation(dw, ref_dw) <= 1.25 * _deviation(emulated_dw, ref_dw) + 1e-3
+
+
+@requires_native_bf16
 def test_hardware_probe_gives_a_verdict_here():
     proc = subprocess.run([sys.executable, "-m", "mxnet.amp", "hardware", "--probe", "--dtype", "bfloat16"],
                           capture_output=True, text=True, timeout=900)

@@ -247,6 +247,14 @@ class Policy:
             return None
         return lists.neutral_kernels(self.target_dtype, device_type).get(op)
 
+    def fanout_copies(self, device_type: str) -> bool:
+        """Whether a training graph on ``device_type`` reads a target-dtype tensor read more than once through the
+        library's ``amp_fanout`` copies (``graph.postops.fanout_copies``): a ``storage`` policy, or where the graph
+        runs natively there, ``kernels="auto"`` and ``lists.fanout_copies`` says MXNet cannot add the dtype's
+        gradients well there."""
+        return self.storage or (self.kernels == "auto" and self._runs_native(device_type)
+                                and lists.fanout_copies(self.target_dtype, device_type))
+
     def stats_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
         """The library op that runs float32-list op ``op`` on target-dtype data with float32 statistics on
         ``device_type`` (``lists.stats_kernels``: ``LayerNorm`` -> ``amp_layer_norm``, ``softmax`` ->

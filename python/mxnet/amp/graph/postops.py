@@ -275,12 +275,13 @@ def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keep
 
 def fanout_copies(graph: dict, var_dtypes: Mapping[str, Any], dtype: str) -> dict:
     """Each computed ``dtype`` tensor read more than once is read through copies of its own, one per reader, made by
-    the library's ``amp_fanout``, for graphs storing ``dtype`` on float32 arithmetic
-    (:meth:`~mxnet.amp.core.policy.Policy.for_graph`).
+    the library's ``amp_fanout``, for training graphs on CPUs (:meth:`~mxnet.amp.core.policy.Policy.fanout_copies`).
 
-    MXNet's backward sums the gradients of a tensor's readers with ``add_n``, which has no oneDNN kernel there and adds
-    bfloat16 element by element: 538 ms for 2 M values against 2 ms in float32 (AMD EPYC class (a), 2026-12-06),
-    more than ResNet-18's whole step. ``amp_fanout``'s backward adds its copies' gradients in float32 and rounds once;
+    MXNet's backward sums the gradients of a tensor's readers with ``add_n``, which has no bfloat16 kernel on CPUs: on
+    class (a) it adds bfloat16 element by element (538 ms for 2 M values against 2 ms in float32, AMD EPYC,
+    2026-12-06), more than ResNet-18's whole step; on classes (c) and (d) it converts every gradient to a new
+    float32 array first (``lists.bfloat16.FANOUT_COPIES``). ``amp_fanout``'s backward adds its copies' gradients in
+    float32 and rounds once;
     it keeps no tensor for backward, and the backward nodes of the library's kernels read a copy's values from the
     copied tensor (nnvm/backward_inputs.cc): the copies are freed after forward.
     """

@@ -184,8 +184,10 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
         out = storage_kernels(out, var_dtypes, policy.target_dtype,
                               functools.partial(lists.storage_kernel, policy.target_dtype, device_type))
-        out = float32_islands(out, var_dtypes, policy.target_dtype, lists.storage_ops(policy.target_dtype, device_type))
-        out = fanout_copies(library_casts(out), var_dtypes, policy.target_dtype)
+        out = library_casts(float32_islands(out, var_dtypes, policy.target_dtype,
+                                            lists.storage_ops(policy.target_dtype, device_type)))
+    if not inference and policy.fanout_copies(device_type):
+        out = fanout_copies(out, var_dtypes, policy.target_dtype)
     return out, rewrite.build.stats
 
 

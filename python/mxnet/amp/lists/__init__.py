@@ -27,19 +27,20 @@ Example
 'fp32'
 """
 from .tables import (CATEGORIES, DTYPES, LOSS_SCALE_ATTR, alias_groups, category, commutes_with_rounding,
-                     conditional_fp32, cpu_class_plan, emulation_kernels, float32_kernels, is_library_kernel,
+                     conditional_fp32, emulation_kernels, fanout_copies, float32_kernels, is_library_kernel,
                      library_kernels, native_lp16_ops, native_substitutes, neutral_kernels, normalize_dtype, reason,
                      reads_float32_params, registered_forward_ops, stats_kernels, stats_output_dtype,
                      transpose_swaps)
-from .evidence import (BAD_VERDICTS, cpu_op_evidence, native_evidence, natively_fed_ops, storage_evidence,
-                       storage_kernel, storage_ops)
+from .evidence import (BAD_VERDICTS, cpu_class_plan, cpu_op_evidence, native_evidence, natively_fed_ops,
+                       storage_evidence, storage_kernel, storage_ops)
 from .upstream import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
                        list_lp16_ops, list_lp16_use_fp32_params, list_widest_type_cast, upstream_lists)
 from . import symbol_bf16, symbol_fp16  # upstream's list modules, derived from the tables
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason", "conditional_fp32",
            "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels", "emulation_kernels",
-           "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps",
+           "float32_kernels", "neutral_kernels", "fanout_copies", "stats_kernels", "stats_output_dtype",
+           "reads_float32_params", "transpose_swaps",
            "cpu_class_plan", "native_substitutes", "is_library_kernel",
            "commutes_with_rounding", "natively_fed_ops", "native_evidence", "storage_evidence", "storage_ops",
            "storage_kernel",

@@ -196,6 +196,16 @@ TRANSPOSE_SWAPS = {"cpu": {"transpose": "SwapAxis"}, "gpu": {}}
 NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm", "Dropout": "amp_dropout", "_npx_dropout": "amp_dropout"},
                    "gpu": {}}
 
+# Per device type: whether training graphs read a low precision tensor read more than once through copies from the
+# library's amp_fanout, one per reader (graph.postops.fanout_copies), whose backward adds the readers' gradients in
+# float32 and rounds once. MXNet sums them with add_n, which has no bfloat16 kernel on CPUs: on classes (c) and (d)
+# it converts every gradient to a new float32 array first (a BERT-style encoder layer's input, read four times: five
+# arrays of 3 MB per sum, freed into malloc's heap, which kept 9 MB of them), and on class (a) it adds element by
+# element (538 ms for 2 M values, against 2 ms in float32). Intel Xeon, class (d), 2026-12-07: the encoder's step
+# 0.282-0.292 -> 0.263-0.271 s, its peak 640 -> 631 MB with bfloat16 weights; ResNet-18's step 0.101-0.111 ->
+# 0.096-0.104 s.
+FANOUT_COPIES = {"cpu": True, "gpu": False}
+
 # Float32-list op -> the library kernel that runs it on target-dtype data with float32 statistics, per device type:
 # "float32-statistics kernels", used in training and inference graphs alike where the device runs bfloat16 natively,
 # the policy has kernels="auto" and the library's oneDNN 3 takes bfloat16. Their data input stays bfloat16 (no cast),

@@ -6,13 +6,13 @@ import functools
 import importlib
 import json
 import os
-from typing import Any, FrozenSet, Mapping, Optional
+from typing import Any, FrozenSet, Mapping, Optional, Tuple
 
 from .groups import GPU_BUILD_ONLY
 from .tables import dtype_table, native_lp16_ops, normalize_dtype
 
 __all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "storage_evidence", "storage_ops", "storage_kernel",
-           "cpu_op_evidence"]
+           "cpu_op_evidence", "cpu_class_plan"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -132,3 +132,21 @@ def cpu_op_evidence() -> dict:
     """
     with open(os.path.join(_HERE, "cpu_op_evidence.json")) as f:
         return json.load(f)
+
+
+def cpu_class_plan(dtype: Any, class_name: str, training: bool = False) -> Tuple[str, str]:
+    """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
+    ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
+    kernels on rounded values), and the measurements that chose it. ``training``: in training graphs, where the
+    lists give those a plan of their own: ``"storage"`` (low precision tensors on float32 arithmetic).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or CPU class.
+    """
+    plans = dtype_table(dtype).cpu_class_plans
+    if class_name not in plans:
+        raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, plans))))
+    training_plans = dtype_table(dtype).cpu_class_training_plans if training else {}
+    return training_plans.get(class_name, plans[class_name])

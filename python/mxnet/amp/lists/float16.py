@@ -65,6 +65,9 @@ NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
 # which runs natively on GPUs only.
 NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 
+# Fan-out copies in training graphs (see bfloat16.FANOUT_COPIES): none for float16, whose add_n runs natively on GPUs.
+FANOUT_COPIES = {"cpu": False, "gpu": False}
+
 # Library kernels of float32-list ops on low precision data (see bfloat16.STATS_KERNELS): none for float16.
 STATS_KERNELS = {"cpu": {}, "gpu": {}}
 STATS_FLOAT32_OUTPUTS = ()

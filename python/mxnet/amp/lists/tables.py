@@ -16,9 +16,9 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "neutral_kernels", "stats_kernels", "stats_output_dtype",
-           "reads_float32_params", "transpose_swaps", "cpu_class_plan", "native_substitutes",
-           "is_library_kernel", "commutes_with_rounding"]
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "fanout_copies", "stats_kernels",
+           "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes", "is_library_kernel",
+           "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -83,6 +83,11 @@ def normalize_dtype(dtype: Any) -> str:
                      "'bfloat16' (or MXNet's bfloat16 dtype %r)" % (dtype, BFLOAT16))
 
 
+def _per_device_maps(per_device):
+    """``{device type: {op: value}}`` frozen."""
+    return MappingProxyType({dev: MappingProxyType(dict(ops)) for dev, ops in per_device.items()})
+
+
 class DtypeTable:
     """Lookup tables built once from one dtype module."""
 
@@ -103,21 +108,16 @@ class DtypeTable:
         self.conditional_entries = tuple(module.CONDITIONAL_FP32)
         self.native_lp16 = MappingProxyType({dev: frozenset(ops) for dev, ops in module.NATIVE_LP16.items()})
         self.fp32_param_ops = module.FP32_PARAM_OPS
-        self.library_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                                 for dev, ops in module.LIBRARY_KERNELS.items()})
+        self.library_kernels = _per_device_maps(module.LIBRARY_KERNELS)
         self.float32_kernels = MappingProxyType({dev: frozenset(ops) for dev, ops in module.FLOAT32_KERNELS.items()})
-        self.emulation_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                                   for dev, ops in module.EMULATION_KERNELS.items()})
-        self.native_substitutes = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                                    for dev, ops in module.NATIVE_SUBSTITUTES.items()})
-        self.neutral_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                                 for dev, ops in module.NEUTRAL_KERNELS.items()})
-        self.stats_kernels = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                               for dev, ops in module.STATS_KERNELS.items()})
+        self.emulation_kernels = _per_device_maps(module.EMULATION_KERNELS)
+        self.native_substitutes = _per_device_maps(module.NATIVE_SUBSTITUTES)
+        self.neutral_kernels = _per_device_maps(module.NEUTRAL_KERNELS)
+        self.fanout_copies = MappingProxyType(dict(module.FANOUT_COPIES))
+        self.stats_kernels = _per_device_maps(module.STATS_KERNELS)
         self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
         self.float32_param_kernels = frozenset(module.FLOAT32_PARAM_KERNELS)
-        self.transpose_swaps = MappingProxyType({dev: MappingProxyType(dict(ops))
-                                                 for dev, ops in module.TRANSPOSE_SWAPS.items()})
+        self.transpose_swaps = _per_device_maps(module.TRANSPOSE_SWAPS)
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
         self.cpu_class_training_plans = MappingProxyType(dict(module.CPU_CLASS_TRAINING_PLANS))
         self.storage_moves = MappingProxyType({dev: frozenset(ops) for dev, ops in module.STORAGE_MOVES.items()})
@@ -389,6 +389,13 @@ def neutral_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     return _for_device(dtype_table(dtype).neutral_kernels, device_type)
 
 
+def fanout_copies(dtype: Any, device_type: str) -> bool:
+    """Whether training graphs on ``device_type`` read a ``dtype`` tensor read more than once through the library's
+    ``amp_fanout`` copies (MXNet's ``add_n`` has no ``dtype`` kernel there). ValueError for an unknown dtype or
+    device type."""
+    return _for_device(dtype_table(dtype).fanout_copies, device_type)
+
+
 def stats_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{op: library op}``: float32-list ops whose library kernel reads and writes ``dtype`` data and keeps
     float32 statistics, used in training and inference graphs where ``device_type`` runs ``dtype`` natively
@@ -424,24 +431,6 @@ def reads_float32_params(dtype: Any, kernel: str) -> bool:
         For an unknown dtype.
     """
     return kernel in dtype_table(dtype).float32_param_kernels
-
-
-def cpu_class_plan(dtype: Any, class_name: str, training: bool = False) -> Tuple[str, str]:
-    """Return ``(mode, why)``: how the default plan runs ``dtype``'s low precision ops on CPU class
-    ``class_name`` (:mod:`mxnet.amp.cpu`): ``"native"`` (low precision kernels) or ``"emulated"`` (float32
-    kernels on rounded values), and the measurements that chose it. ``training``: in training graphs, where the
-    lists give those a plan of their own: ``"storage"`` (low precision tensors on float32 arithmetic).
-
-    Raises
-    ------
-    ValueError
-        For an unknown dtype or CPU class.
-    """
-    plans = dtype_table(dtype).cpu_class_plans
-    if class_name not in plans:
-        raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, plans))))
-    training_plans = dtype_table(dtype).cpu_class_training_plans if training else {}
-    return training_plans.get(class_name, plans[class_name])
 
 
 def is_library_kernel(op: str) -> bool:
