@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.amp.core import library
 
-from amp_testing import requires_onednn3
+from amp_testing import requires_onednn3, requires_onednn3_bf16
 
 _CHILD = r"""
 import json, sys
@@ -104,6 +104,39 @@ again, y = conv(1, 8)
 print(json.dumps({"small": small, "large": large, "kept": kept, "again": again,
                   "y": y.asnumpy()[0, :, 0, 0].tolist()}))
 """
+
+
+# A fresh process, so that the scratch counted is this product's alone.
+_HEAD_CHILD = r"""
+import json
+import mxnet as mx
+import numpy as np
+from mxnet.amp.base.dtypes import BFLOAT16
+from mxnet.amp.core import library
+rng = np.random.RandomState(0)
+arrays = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((8, 98304), (2, 98304), (2,))]
+x, w, b = (mx.nd.amp_cast(mx.nd.array(a), dtype=BFLOAT16) for a in arrays)
+x64, w64, b64 = (mx.nd.amp_cast(a, dtype="float32").asnumpy().astype(np.float64) for a in (x, w, b))
+errors = []
+for args, want in (([x, w, b], x64 @ w64.T + b64), ([x, w], x64 @ w64.T)):
+    y = mx.nd.amp_fully_connected(*args, num_hidden=2, no_bias=len(args) == 2, out_dtype="float32")
+    errors.append(float(np.abs(y.asnumpy() - want).max() / np.abs(want).max()))
+print(json.dumps({"errors": errors, "scratch": library.onednn_cache()["buffer_bytes"]}))
+"""
+
+
+@requires_onednn3
+@requires_onednn3_bf16
+def test_a_narrow_product_with_a_deep_contraction_is_cut_along_it():
+    """A classifier head on flattened features, 8 x 98304 by 98304 x 2 with a float32 output: AMX kernels copy B into
+    scratch padded to 64 columns (12 MB, kept per thread). Cut along K, the chunks' products add up to the whole one,
+    the bias added once, and no buffer exceeds 4 MB."""
+    proc = subprocess.run([sys.executable, "-c", _HEAD_CHILD], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, MXNET_CPU_WORKER_NTHREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert max(r["errors"]) <= 1e-5, r
+    assert r["scratch"] <= 4 << 20, r
 
 
 @requires_onednn3

@@ -157,7 +157,13 @@ AmpMatmul depth_of(const AmpMatmul& m, int64_t first, int64_t count) {
   return part;
 }
 
-void run_primitive(const AmpMatmul& m, bool accumulate = false);
+std::shared_ptr<const Cached> entry_of(const AmpMatmul& m, bool accumulate) {
+  return cached<Cached>(problem_key(m, accumulate), [&m, accumulate] { return create(m, accumulate); });
+}
+
+void execute(const Cached& entry, const AmpMatmul& m);
+
+void run_primitive(const AmpMatmul& m, bool accumulate = false) { execute(*entry_of(m, accumulate), m); }
 
 // m cut along K (chunk_depth): C widened once, each chunk's operands widened in turn and its product added.
 void run_in_depth(const AmpMatmul& m, int64_t depth, int threads) {
@@ -172,10 +178,35 @@ void run_in_depth(const AmpMatmul& m, int64_t depth, int threads) {
   outer.finish();
 }
 
+// A plain 2-D product whose oneDNN primitive asks for more than kMaxScratch of scratch is cut along K into chunks
+// of at most that much, where C is float32 and only a bias is fused: AMX kernels copy B into a buffer padded to 64
+// columns, so a classifier head on flattened features (8 x 98304 by 98304 x 2, float32 out) asked for 12 MB, for
+// 0.4 MB of weights, kept as this thread's scratch (a BERT-style encoder's peak: 12 MB of 805 on class (d)). The first
+// chunk adds the bias, the others add their products into C (oneDNN's sum post-op).
+constexpr size_t kMaxScratch = size_t{4} << 20;
+
+int64_t scratch_depth(const AmpMatmul& m, size_t scratch) {
+  if (scratch <= kMaxScratch || m.ndims != 2 || m.c_dtype != kFloat32 || m.addend != nullptr ||
+      m.act != AMP_ACT_NONE || m.alpha != 1.f) {
+    return 0;
+  }
+  const int64_t pieces = static_cast<int64_t>((scratch + kMaxScratch - 1) / kMaxScratch);
+  const int64_t depth = std::max(kMinDepth, (m.a_dims[1] + pieces - 1) / pieces);
+  return depth < m.a_dims[1] ? depth : 0;
+}
+
 void run(const AmpMatmul& original) {
   const CallTeam team;  // before creating the primitive: it splits work by the team size
   if (!Widening::needed({original.a_dtype, original.b_dtype, original.c_dtype, original.bias_dtype})) {
-    return run_primitive(original);
+    const auto entry = entry_of(original, false);
+    const int64_t depth = scratch_depth(original, entry->scratchpad.get_size());
+    if (depth == 0) return execute(*entry, original);
+    for (int64_t first = 0; first < original.a_dims[1]; first += depth) {
+      AmpMatmul part = depth_of(original, first, std::min(depth, original.a_dims[1] - first));
+      if (first > 0) part.bias_dtype = -1;  // added once, with the first chunk
+      run_primitive(part, first > 0);
+    }
+    return;
   }
   const int64_t depth = chunk_depth(original);
   if (depth > 0) return run_in_depth(original, depth, team.threads());
@@ -192,21 +223,20 @@ void run(const AmpMatmul& original) {
   }
 }
 
-void run_primitive(const AmpMatmul& m, bool accumulate) {
-  const auto entry = cached<Cached>(problem_key(m, accumulate), [&m, accumulate] { return create(m, accumulate); });
+void execute(const Cached& entry, const AmpMatmul& m) {
   auto& engine = cpu_engine();
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(entry->a, engine, const_cast<void*>(m.a))},
-      {DNNL_ARG_WEIGHTS, memory(entry->b, engine, const_cast<void*>(m.b))},
-      {DNNL_ARG_DST, memory(entry->c, engine, m.c)},
-      {DNNL_ARG_SCRATCHPAD, memory(entry->scratchpad, engine, thread_buffer(0, entry->scratchpad.get_size()))}};
-  if (m.bias_dtype >= 0) args[DNNL_ARG_BIAS] = memory(entry->bias, engine, const_cast<void*>(m.bias));
+      {DNNL_ARG_SRC, memory(entry.a, engine, const_cast<void*>(m.a))},
+      {DNNL_ARG_WEIGHTS, memory(entry.b, engine, const_cast<void*>(m.b))},
+      {DNNL_ARG_DST, memory(entry.c, engine, m.c)},
+      {DNNL_ARG_SCRATCHPAD, memory(entry.scratchpad, engine, thread_buffer(0, entry.scratchpad.get_size()))}};
+  if (m.bias_dtype >= 0) args[DNNL_ARG_BIAS] = memory(entry.bias, engine, const_cast<void*>(m.bias));
   if (m.addend != nullptr) {
     const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(m.alpha != 1.f ? 1 : 0) | DNNL_ARG_SRC_1;
-    args[arg] = memory(entry->c, engine, const_cast<void*>(m.addend));
+    args[arg] = memory(entry.c, engine, const_cast<void*>(m.addend));
   }
   dnnl::stream stream(engine);
-  entry->primitive.execute(stream, args);
+  entry.primitive.execute(stream, args);
   stream.wait();
 }
 
