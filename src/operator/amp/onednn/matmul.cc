@@ -200,7 +200,11 @@ void run(const AmpMatmul& original) {
   if (!Widening::needed({original.a_dtype, original.b_dtype, original.c_dtype, original.bias_dtype})) {
     const auto entry = entry_of(original, false);
     const int64_t depth = scratch_depth(original, entry->scratchpad.get_size());
-    if (depth == 0) return execute(*entry, original);
+    // cut only where a chunk asks for at most half the scratch (B's copy; not partial sums of C, which stay)
+    if (depth == 0 || 2 * entry_of(depth_of(original, 0, depth), false)->scratchpad.get_size() >
+                          entry->scratchpad.get_size()) {
+      return execute(*entry, original);
+    }
     for (int64_t first = 0; first < original.a_dims[1]; first += depth) {
       AmpMatmul part = depth_of(original, first, std::min(depth, original.a_dims[1] - first));
       if (first > 0) part.bias_dtype = -1;  // added once, with the first chunk
