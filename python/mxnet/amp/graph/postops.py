@@ -281,9 +281,8 @@ def fanout_copies(graph: dict, var_dtypes: Mapping[str, Any], dtype: str) -> dic
     class (a) it adds bfloat16 element by element (538 ms for 2 M values against 2 ms in float32, AMD EPYC,
     2026-12-06), more than ResNet-18's whole step; on classes (c) and (d) it converts every gradient to a new
     float32 array first (``lists.bfloat16.FANOUT_COPIES``). ``amp_fanout``'s backward adds its copies' gradients in
-    float32 and rounds once;
-    it keeps no tensor for backward, and the backward nodes of the library's kernels read a copy's values from the
-    copied tensor (nnvm/backward_inputs.cc): the copies are freed after forward.
+    float32 and rounds once; it keeps no tensor for backward, and the backward nodes of the library's kernels read a
+    copy's values from the copied tensor (nnvm/backward_inputs.cc): the copies are freed after forward.
     """
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     readers = entry_uses(graph)
