@@ -7,13 +7,19 @@ import numpy as np
 import pytest
 
 from mxnet.amp.core import cpu, library
-from mxnet.amp.core.support import native_support
+from mxnet.amp.core.support import native_support, plans_native
 
 #: Tests of MXNet's native bfloat16 kernels (oneDNN on AVX-512 CPUs); elsewhere bfloat16 is emulated.
 requires_native_bf16 = pytest.mark.skipif(
     not native_support("bfloat16", "cpu"),
     reason="needs a CPU where oneDNN runs bfloat16 natively (AVX-512: avx512f/bw/vl/dq); this one emulates "
            "bfloat16 (or MXNET_AMP_EMULATE=1 is set)")
+
+#: Tests of what the default plan does where it runs bfloat16 natively (classes (c) and (d)); class (b) has MXNet's
+#: bfloat16 kernels (requires_native_bf16) but its default plan emulates.
+requires_native_plan = pytest.mark.skipif(
+    not plans_native("bfloat16", "cpu"),
+    reason="the default plan emulates bfloat16 on this CPU (class %s)" % cpu.cpu_class().name)
 
 
 ONEDNN3, ONEDNN3_INFO = library.onednn()
