@@ -331,13 +331,19 @@ void test_tensor_math() {
       mxnet_amp::add_channel_bias(out.data(), dtype, nullptr, dtype, bias.data(), 0, batch, channels, inner, threads);
       mxnet_amp::add_channel_bias(out.data(), dtype, out.data(), dtype, bias.data(), 0, batch, channels, inner,
                                   threads);
-      mxnet_amp::relu_mask(masked.data(), dtype, g.data(), dtype, out.data(), dtype, n, threads);
+      // (a plain ReLU, and one capped at 1: a ReLU6's mask with the cap inside the values' range)
+      std::vector<unsigned char> capped(n * width);
+      mxnet_amp::relu_mask(masked.data(), dtype, g.data(), dtype, out.data(), dtype, n, INFINITY, threads);
+      mxnet_amp::relu_mask(capped.data(), dtype, g.data(), dtype, out.data(), dtype, n, 1.f, threads);
       for (int64_t i = 0; i < n; ++i) {
         const float b = bias[i / inner % channels], twice = stored(dtype, stored(dtype, b) + b);
         CHECK_TRUE(mxnet_amp::load(out.data(), dtype, i) == twice, "add_channel_bias dtype %d, %lld", dtype,
                    (long long)i);
         const float relu_grad = twice > 0.f ? mxnet_amp::load(g.data(), dtype, i) : 0.f;
         CHECK_TRUE(mxnet_amp::load(masked.data(), dtype, i) == relu_grad, "relu_mask dtype %d, %lld", dtype,
+                   (long long)i);
+        const float capped_grad = twice > 0.f && twice < 1.f ? mxnet_amp::load(g.data(), dtype, i) : 0.f;
+        CHECK_TRUE(mxnet_amp::load(capped.data(), dtype, i) == capped_grad, "relu_mask capped dtype %d, %lld", dtype,
                    (long long)i);
       }
       // (2, 3) batches of 2x3 matrices summed into (1, 3), stored transposed (strides: batch 6, row 1, column 2)

@@ -91,7 +91,7 @@ def test_bfloat16_data_against_a_float64_reference(train):
     ({"eps": 0}, "amp_batch_norm: attribute eps must be > 0"),
     ({"axis": 4}, "amp_batch_norm: axis 4 is out of range for data of 4 dimensions"),
     ({"momentum": "fast"}, "amp_batch_norm: attribute momentum must be a number"),
-    ({"act_type": "tanh"}, "amp_batch_norm: attribute act_type must be relu \\(got 'tanh'\\)"),
+    ({"act_type": "tanh"}, "amp_batch_norm: attribute act_type must be relu or relu6 \\(got 'tanh'\\)"),
 ])
 def test_bad_attributes_are_named(kwargs, message):
     args = [mx.nd.array(X)] + [mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR)] + [mx.nd.ones((1,))]
@@ -101,25 +101,37 @@ def test_bad_attributes_are_named(kwargs, message):
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])
 @pytest.mark.parametrize("train", [True, False])
-def test_fused_relu_matches_batch_norm_then_relu(dtype, train):
-    """act_type="relu" (fused into training graphs): relu(BatchNorm(x)), and the gradient through both; the masked
-    gradient is written into dx first and normalised in place there."""
+@pytest.mark.parametrize("act", ["relu", "relu6"])
+def test_fused_relu_matches_batch_norm_then_relu(dtype, train, act):
+    """act_type="relu" or "relu6" (fused into training graphs): relu(BatchNorm(x)) or clip(BatchNorm(x), 0, 6), and
+    the gradient through both; the masked gradient is written into dx first and normalised in place there. ReLU6
+    passes the gradient where 0 < y < 6 (PyTorch's ReLU6; MXNet's clip also passes it at the bounds themselves,
+    which a bfloat16 output reaches often), so its composition masks the output gradient by that."""
+    top = np.inf if act == "relu" else 6.0
+    gamma = GAMMA * (1 if act == "relu" else 8)  # ReLU6: outputs above 6 too
+
     def run(fused):
         x = mx.nd.array(X)
         x = mx.nd.amp_cast(x, dtype=BFLOAT16) if dtype else x
-        g, b, m, v = (mx.nd.array(a) for a in (GAMMA, BETA, MEAN, VAR))
+        g, b, m, v = (mx.nd.array(a) for a in (gamma, BETA, MEAN, VAR))
         for a in (x, g, b):
             a.attach_grad()
         with autograd.record(train_mode=train):
             mode = mx.nd.array([0.0 if train else 1.0])
-            attrs = {"act_type": "relu"} if fused else {}
+            attrs = {"act_type": act} if fused else {}
             y = mx.nd.amp_batch_norm(x, g, b, m, v, mode, fix_gamma=False, **attrs)[0]
-            y = y if fused else mx.nd.relu(y)
-        head = mx.nd.array(DY)
+            y = mx.nd.relu(y) if act == "relu" and not fused else y
+        head = DY
+        if act == "relu6" and not fused:
+            normalised = mx.nd.amp_cast(y, dtype="float32").asnumpy()
+            head = head * ((normalised > 0) & (normalised < 6))
+        head = mx.nd.array(head)
         y.backward(mx.nd.amp_cast(head, dtype=BFLOAT16) if dtype else head, train_mode=train)
+        y = mx.nd.clip(y, 0, 6) if act == "relu6" and not fused else y
         return [mx.nd.amp_cast(a, dtype="float32").asnumpy() for a in (y, x.grad, g.grad, b.grad, m, v)]
     fused, composed = run(True), run(False)
-    assert (fused[0] >= 0).all() and (fused[0] == 0).any() and (fused[0] > 0).any()
+    assert (fused[0] >= 0).all() and (fused[0] == 0).any() and (fused[0] > 0).any() and (fused[0] <= top).all()
+    assert act == "relu" or (fused[0] == 6).any()
     for name, a, b in zip(("y", "dx", "dgamma", "dbeta", "moving_mean", "moving_var"), fused, composed):
         np.testing.assert_array_equal(a, b, err_msg=name)  # the same arithmetic, in the same order
 

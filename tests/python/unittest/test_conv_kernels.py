@@ -122,10 +122,42 @@ def test_fused_residual_sum_and_relu(out_dtype):
 
 
 @requires_onednn3
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
+def test_fused_relu6_clips_to_0_and_6_and_masks_the_gradient_at_both_bounds(dtype):
+    """act_type="relu6" (MobileNets' clip(x, 0, 6), fused by conversion): forward against NumPy in float64 on the
+    rounded operands, with values below 0, inside and above 6; the data, weight and bias gradients against MXNet's
+    float32 Convolution on the same values, its output gradient masked where 0 < y < 6 (PyTorch's ReLU6; MXNet's
+    clip passes the gradient at the bounds themselves too, which y cannot tell from clipped values)."""
+    cast = (lambda v: _bf16(v)) if dtype == "bfloat16" else mx.nd.array
+    rounded = bf16_round if dtype == "bfloat16" else (lambda v: v)
+    x, w, b = 4 * _values(2, 8, 5, 7), _values(6, 8, 3, 3), 4 * _values(6)
+    attrs = dict(kernel=(3, 3), pad=(1, 1), num_filter=6)
+    y = mx.nd.amp_convolution(cast(x), cast(w), cast(b), act_type="relu6", **attrs)
+    ref, mag, k = _reference(rounded(x), rounded(w), rounded(b), (1, 1), (1, 1), (1, 1), 1)
+    assert (ref < 0).any() and (ref > 6).any() and ((ref > 0) & (ref < 6)).any()
+    assert_accumulated(_np(y), np.clip(ref, 0, 6), mag, k, dtype)
+    head = _values(2, 6, 5, 7)
+    arrays = [cast(v) for v in (x, w, b)]
+    out, grads = _grads(arrays, cast(head), act_type="relu6", **attrs)
+    inside = (_np(out) > 0) & (_np(out) < 6)
+    assert inside.any() and not inside.all()
+    plain = [mx.nd.array(rounded(v)) for v in (x, w, b)]
+    for a in plain:
+        a.attach_grad()
+    with autograd.record():
+        composed = mx.nd.Convolution(*plain, **attrs)
+    composed.backward(mx.nd.array(rounded(head) * inside))
+    tol = 3e-2 if dtype == "bfloat16" else 1e-5
+    for name, got, want in zip(("data", "weight", "bias"), grads, plain):
+        want = want.grad.asnumpy()
+        np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=name)
+
+
+@requires_onednn3
 def test_invalid_attributes_and_shapes_are_reported():
     x, w = _bf16(_values(1, 4, 5, 5)), _bf16(_values(8, 4, 3, 3))
     for attrs, message in [
-            (dict(kernel=(3, 3), num_filter=8, act_type="tanh"), "act_type must be relu \\(got 'tanh'\\)"),
+            (dict(kernel=(3, 3), num_filter=8, act_type="tanh"), "act_type must be relu or relu6 \\(got 'tanh'\\)"),
             (dict(kernel=(3, 3), num_filter=8, layout="NHWC"), "layout must be NCW, NCHW or NCDHW \\(got 'NHWC'\\)"),
             (dict(kernel=(3, 3), num_filter=8, stride=(0, 1)), "stride must be a tuple of integers >= 1"),
             (dict(kernel=(3, 3), num_filter=8, stride=(1, 1, 1)), "as many sizes as kernel \\(2\\)"),

@@ -44,3 +44,39 @@ def test_other_errors_pass_unchanged():
     with pytest.raises(ValueError, match="argument structure") as err:  # Gluon's own check of the arguments
         low(mx.nd.ones((2, 8)), mx.nd.ones((2, 8)))
     assert not isinstance(err.value, InputShapeError)
+
+
+@pytest.mark.parametrize("contrib_form", [False, True])
+def test_the_default_conversion_stores_weights_in_the_target_dtype_and_loads_float32_files(tmp_path, contrib_form):
+    """No weight is cast at every call by default (MXNet 2.0's form and contrib's); cast_params_offline=False keeps
+    float32 weights and their per-call casts; a converted block loads a float32 file of the same names (cast into
+    the dtypes it stores) and then computes what the float32-weight block computes."""
+    import json
+    import numpy as np
+    from mxnet.amp.base.dtypes import dtype_name
+    net, x = _net(), mx.nd.random.uniform(shape=(2, 8))
+    if contrib_form:
+        net.hybridize()
+        net(x)
+        default = amp.convert_hybrid_block(net, target_dtype="bfloat16")
+        kept = amp.convert_hybrid_block(net, target_dtype="bfloat16", cast_params_offline=False)
+    else:
+        default = amp.convert_hybrid_block(net, x, "bfloat16")
+        kept = amp.convert_hybrid_block(net, x, "bfloat16", cast_params_offline=False)
+    weights = sorted(n for n in default.collect_params() if n.endswith("weight"))
+    assert len(weights) == 2 and sorted(kept.collect_params()) == sorted(default.collect_params())
+    assert {dtype_name(default.collect_params()[n].dtype) for n in weights} == {"bfloat16"}
+    assert {dtype_name(kept.collect_params()[n].dtype) for n in weights} == {"float32"}
+
+    def params_cast(block):
+        nodes = json.loads(block._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+        return [n for n in nodes if n["op"] in ("amp_cast", "amp_multicast")
+                and any(nodes[i]["name"] in weights for i, _, _ in n["inputs"])]
+    assert params_cast(default) == [] and params_cast(kept)
+    np.testing.assert_array_equal(default(x).asnumpy(), kept(x).asnumpy())
+    for p in kept.collect_params().values():  # new float32 values, saved under the same names
+        p.set_data(p.data() * 0.5)
+    kept.collect_params().save(str(tmp_path / "f32.params"))  # the graph's parameter names
+    default.load_parameters(str(tmp_path / "f32.params"))
+    assert {dtype_name(default.collect_params()[n].dtype) for n in weights} == {"bfloat16"}
+    np.testing.assert_array_equal(default(x).asnumpy(), kept(x).asnumpy())

@@ -232,6 +232,20 @@ def test_relu_after_a_product_becomes_its_post_op_only_when_it_is_the_sole_reade
     assert "Activation" in _ops(kept)
 
 
+def _conv_graph(extra):
+    x, w = mx.sym.var("x"), mx.sym.var("w")
+    return to_graph(extra(mx.sym.amp_convolution(x, w, kernel=(1, 1), num_filter=2, no_bias=True, name="conv")))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_clip_to_0_and_6_after_a_convolution_becomes_its_relu6(training):
+    fused = fuse_activation(_conv_graph(lambda y: mx.sym.clip(y, 0, 6)), training=training)
+    assert _ops(fused) == ["null", "null", "amp_convolution"] and fused["nodes"][-1]["attrs"]["act_type"] == "relu6"
+    for other in (lambda y: mx.sym.clip(y, 0, 5), lambda y: mx.sym.clip(y, -1, 6),
+                  lambda y: mx.sym.Group([mx.sym.clip(y, 0, 6), y])):
+        assert "clip" in _ops(fuse_activation(_conv_graph(other), training=training))
+
+
 def test_residual_sum_becomes_the_convolution_with_sum():
     x, w = mx.sym.var("x"), mx.sym.var("w")
     c = mx.sym.amp_convolution(x, w, kernel=(1, 1), num_filter=2, no_bias=True, name="conv")

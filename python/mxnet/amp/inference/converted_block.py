@@ -127,6 +127,24 @@ class ConvertedBlock(SymbolBlock):
         io = {"version": self.IO_VERSION, "in_format": self._in_format, "out_format": self._out_format}
         atomic_write("%s-io.json" % path, json.dumps(io).encode())
 
+    def load_parameters(self, filename: str, ctx=None, allow_missing: bool = False,  # pylint: disable=arguments-differ
+                        ignore_extra: bool = False, cast_dtype: bool = True, dtype_source: str = "current") -> None:
+        """``SymbolBlock.load_parameters``, casting by default into the dtypes the block stores: a converted block
+        stores its weights in the target dtype, and a float32 file of its parameter names (``collect_params().save``
+        of a float32-parameter conversion, or ``export``'s ``arg:``/``aux:`` names) loads into it, each array rounded
+        to nearest as ``amp_cast`` rounds (MXNet's ``astype`` to bfloat16 truncates). ``cast_dtype=False`` or
+        ``dtype_source="saved"``: as ``SymbolBlock``'s."""
+        import mxnet as mx
+        params = self.collect_params()
+        arrays = {re.sub(r"^(arg|aux):", "", name): arr for name, arr in mx.nd.load(filename).items()}
+        if not cast_dtype or dtype_source != "current" or not set(arrays) & set(params):
+            super().load_parameters(filename, ctx=ctx, allow_missing=allow_missing, ignore_extra=ignore_extra,
+                                    cast_dtype=cast_dtype, dtype_source=dtype_source)
+            return
+        arrays = {name: mx.nd.amp_cast(arr, dtype=params[name].dtype)
+                  if name in params and arr.dtype != params[name].dtype else arr for name, arr in arrays.items()}
+        params.load_dict(arrays, ctx=ctx, allow_missing=allow_missing, ignore_extra=ignore_extra)
+
     @classmethod
     def imports(cls, symbol_file, input_names, param_file=None, ctx=None, allow_missing=False,
                 ignore_extra=False):

@@ -67,7 +67,7 @@ void cpu_batch_norm_forward(const BatchNormForward& a) {
     const float mul = static_cast<float>(scale), add = static_cast<float>(a.beta[c] - mean * scale);
     for (int64_t o = 0; o < s.outer; ++o) {
       l.bn_affine(a.dtype, run_at(a.x, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c), s.inner, mul, add,
-                  a.addend != nullptr ? run_at(a.addend, a.dtype, s, o, c) : nullptr, a.relu);
+                  a.addend != nullptr ? run_at(a.addend, a.dtype, s, o, c) : nullptr, a.relu, a.relu_max);
     }
   }
 }
@@ -79,7 +79,7 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
 #pragma omp parallel for schedule(static) num_threads(a.threads)
   for (int64_t c = 0; c < s.channels; ++c) {
     const double mean = a.saved_mean[c], invstd = a.saved_invstd[c];
-    // The gradient reaching the normalisation: dy, where a fused ReLU's output is positive (else 0). It is also
+    // The gradient reaching the normalisation: dy, where a fused ReLU's output is inside (0, relu_max) (else 0). It is also
     // the addend's gradient: written there, or else into dx, which the last pass then overwrites in place.
     const void* dy = a.dy;
     if (a.relu || a.daddend != nullptr) {
@@ -88,7 +88,7 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
         const int64_t bytes = s.inner * dtype_bytes(a.dtype);
         if (a.relu) {
           l.relu_mask(a.dtype, run_at(a.dy, a.dtype, s, o, c), run_at(a.y, a.dtype, s, o, c),
-                      run_at(g, a.dtype, s, o, c), s.inner);
+                      run_at(g, a.dtype, s, o, c), s.inner, a.relu_max);
         } else {
           std::memcpy(run_at(g, a.dtype, s, o, c), run_at(a.dy, a.dtype, s, o, c), bytes);
         }

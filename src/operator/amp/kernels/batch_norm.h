@@ -32,7 +32,8 @@ struct BatchNormForward {
   const void* addend;           /*!< nullptr, or a tensor of x's dtype and shape added to the normalised data */
   float eps, momentum;
   bool training;
-  bool relu;                    /*!< y = max(0, normalised (+ addend)): a fused ReLU */
+  bool relu;                    /*!< y = min(max(0, normalised (+ addend)), relu_max): a fused ReLU */
+  float relu_max;               /*!< where relu: INFINITY (ReLU) or 6 (ReLU6) */
   int threads;                  /*!< OpenMP team */
 };
 
@@ -50,8 +51,9 @@ struct BatchNormBackward {
   float* dgamma;
   float* dbeta;
   bool training;                /*!< whether the forward used the batch's statistics */
-  bool relu;                    /*!< the forward fused a ReLU: dy counts where y > 0 (masked first, into daddend
-                                     or else dx) */
+  bool relu;                    /*!< the forward fused a ReLU: dy counts where 0 < y < relu_max (masked first, into
+                                     daddend or else dx) */
+  float relu_max;               /*!< where relu: INFINITY (ReLU) or 6 (ReLU6) */
   int threads;
 };
 

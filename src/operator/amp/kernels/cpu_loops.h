@@ -32,17 +32,21 @@ struct CpuLoops {
    */
   void (*bn_moments)(int dtype, const void* x, int64_t n, float shift, double* s1, double* s2);
   /*!
-   * \brief y[0:n] = x * a + b (+ addend where not null; relu: max(0, that)), x, y and addend of one dtype (float32
-   *        math, one rounding).
+   * \brief y[0:n] = x * a + b (+ addend where not null; relu: min(max(0, that), relu_max)), x, y and addend of one
+   *        dtype (float32 math, one rounding); relu_max is INFINITY for a ReLU, 6 for a ReLU6.
    */
-  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu);
+  void (*bn_affine)(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu,
+                    float relu_max);
   /*! \brief Adds sum(dy) to *sdy and sum(dy * (x - shift)) to *sdyx; dy and x of one dtype. */
   void (*bn_grad_moments)(int dtype, const void* dy, const void* x, int64_t n, float shift, double* sdy,
                           double* sdyx);
   /*! \brief dx[0:n] = dy * a + x * b + c; dy, x and dx of one dtype (dy may be dx: in place). */
   void (*bn_grad_apply)(int dtype, const void* dy, const void* x, void* dx, int64_t n, float a, float b, float c);
-  /*! \brief dst[0:n] = y > 0 ? dy : 0 (the gradient through a ReLU whose output is y); dy, y and dst of one dtype. */
-  void (*relu_mask)(int dtype, const void* dy, const void* y, void* dst, int64_t n);
+  /*!
+   * \brief dst[0:n] = 0 < y < relu_max ? dy : 0 (the gradient through a ReLU capped at relu_max, whose output is y;
+   *        INFINITY: a plain ReLU, y > 0); dy, y and dst of one dtype.
+   */
+  void (*relu_mask)(int dtype, const void* dy, const void* y, void* dst, int64_t n, float relu_max);
   /*! \brief Mean and biased variance of x[0:n] (float32 or bfloat16), n > 0: a layer normalisation's row. */
   void (*row_moments)(int dtype, const void* x, int64_t n, float* mean, float* var);
   /*!

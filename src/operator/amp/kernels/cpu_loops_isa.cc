@@ -443,35 +443,45 @@ void bn_moments_loop(const void* x, int64_t n, float shift, double* s1, double* 
 }
 
 template <typename T, bool kAddend, bool kRelu>
-void bn_affine_run(const void* x, void* y, int64_t n, float a, float b, const void* addend) {
+void bn_affine_run(const void* x, void* y, int64_t n, float a, float b, const void* addend, float relu_max) {
   const typename T::storage* __restrict__ p = static_cast<const typename T::storage*>(x);
   const typename T::storage* __restrict__ r = static_cast<const typename T::storage*>(addend);
   typename T::storage* __restrict__ q = static_cast<typename T::storage*>(y);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = kAddend ? T::load(p[i]) * a + b + T::load(r[i]) : T::load(p[i]) * a + b;
-    q[i] = T::store(kRelu ? (v > 0.f ? v : 0.f) : v);
+    q[i] = T::store(kRelu ? std::min(v > 0.f ? v : 0.f, relu_max) : v);
   }
 }
 
 template <typename T>
-void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu) {
+void bn_affine_loop(const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu,
+                    float relu_max) {
   if (addend != nullptr) {
-    return relu ? bn_affine_run<T, true, true>(x, y, n, a, b, addend)
-                : bn_affine_run<T, true, false>(x, y, n, a, b, addend);
+    return relu ? bn_affine_run<T, true, true>(x, y, n, a, b, addend, relu_max)
+                : bn_affine_run<T, true, false>(x, y, n, a, b, addend, relu_max);
   }
-  return relu ? bn_affine_run<T, false, true>(x, y, n, a, b, nullptr)
-              : bn_affine_run<T, false, false>(x, y, n, a, b, nullptr);
+  return relu ? bn_affine_run<T, false, true>(x, y, n, a, b, nullptr, relu_max)
+              : bn_affine_run<T, false, false>(x, y, n, a, b, nullptr, relu_max);
 }
 
-template <typename T>
-void relu_mask_loop(const void* dy, const void* y, void* dst, int64_t n) {
+template <typename T, bool kCapped>
+void relu_mask_run(const void* dy, const void* y, void* dst, int64_t n, float relu_max) {
   const typename T::storage* __restrict__ g = static_cast<const typename T::storage*>(dy);
   const typename T::storage* __restrict__ out = static_cast<const typename T::storage*>(y);
   typename T::storage* __restrict__ q = static_cast<typename T::storage*>(dst);
   const typename T::storage zero = T::store(0.f);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) q[i] = T::load(out[i]) > 0.f ? g[i] : zero;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = T::load(out[i]);
+    q[i] = v > 0.f && (!kCapped || v < relu_max) ? g[i] : zero;
+  }
+}
+
+template <typename T>
+void relu_mask_loop(const void* dy, const void* y, void* dst, int64_t n, float relu_max) {
+  return std::isinf(relu_max) ? relu_mask_run<T, false>(dy, y, dst, n, relu_max)
+                              : relu_mask_run<T, true>(dy, y, dst, n, relu_max);
 }
 
 template <typename T>
@@ -507,19 +517,20 @@ void bn_moments(int dtype, const void* x, int64_t n, float shift, double* s1, do
   }
 }
 
-void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu) {
+void bn_affine(int dtype, const void* x, void* y, int64_t n, float a, float b, const void* addend, bool relu,
+               float relu_max) {
   switch (dtype) {
-    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b, addend, relu);
-    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b, addend, relu);
-    default: return bn_affine_loop<F32>(x, y, n, a, b, addend, relu);
+    case kBfloat16: return bn_affine_loop<BF16>(x, y, n, a, b, addend, relu, relu_max);
+    case kFloat16: return bn_affine_loop<F16>(x, y, n, a, b, addend, relu, relu_max);
+    default: return bn_affine_loop<F32>(x, y, n, a, b, addend, relu, relu_max);
   }
 }
 
-void relu_mask(int dtype, const void* dy, const void* y, void* dst, int64_t n) {
+void relu_mask(int dtype, const void* dy, const void* y, void* dst, int64_t n, float relu_max) {
   switch (dtype) {
-    case kBfloat16: return relu_mask_loop<BF16>(dy, y, dst, n);
-    case kFloat16: return relu_mask_loop<F16>(dy, y, dst, n);
-    default: return relu_mask_loop<F32>(dy, y, dst, n);
+    case kBfloat16: return relu_mask_loop<BF16>(dy, y, dst, n, relu_max);
+    case kFloat16: return relu_mask_loop<F16>(dy, y, dst, n, relu_max);
+    default: return relu_mask_loop<F32>(dy, y, dst, n, relu_max);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "tensor_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -67,12 +68,16 @@ void sum_arrays(void* dst, int dst_dtype, const void* const* srcs, int n_srcs, i
 }
 
 void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const void* y, int y_dtype, int64_t n,
-               int threads) {
+               float relu_max, int threads) {
+  const bool capped = !std::isinf(relu_max);
   typed(dst, dst_dtype, [&](auto* d) {
     typed(dy, dy_dtype, [&](const auto* g) {
       typed(y, y_dtype, [&](const auto* out) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t i = 0; i < n; ++i) put(d, i, get(out, i) > 0.f ? get(g, i) : 0.f);
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = get(out, i);
+          put(d, i, v > 0.f && (!capped || v < relu_max) ? get(g, i) : 0.f);
+        }
       });
     });
   });

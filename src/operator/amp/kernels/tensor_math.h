@@ -37,9 +37,12 @@ inline void store(void* p, int dtype, int64_t i, float v) {
 /*! \brief dst[i] = src[i] for i < n, converted between float32 and bfloat16. */
 void convert_into(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t n, int threads);
 
-/*! \brief dst[i] = y[i] > 0 ? dy[i] : 0 for i < n: the gradient through a fused ReLU of output y. */
+/*!
+ * \brief dst[i] = 0 < y[i] < relu_max ? dy[i] : 0 for i < n: the gradient through a fused ReLU of output y, capped
+ *        at relu_max (INFINITY: a plain ReLU, y > 0; 6: a ReLU6).
+ */
 void relu_mask(void* dst, int dst_dtype, const void* dy, int dy_dtype, const void* y, int y_dtype, int64_t n,
-               int threads);
+               float relu_max, int threads);
 
 /*! \brief dst[j] = sum over i of src[i * cols + j], j < cols: a fully connected layer's bias gradient. */
 void column_sums(void* dst, int dst_dtype, const void* src, int src_dtype, int64_t rows, int64_t cols,

@@ -32,7 +32,8 @@ namespace {
 /*!
  * \brief A forward tensor an op's backward kernel never reads (src/operator/amp/ops/: the *_backward functions).
  *        input >= 0: forward input `input`, kLast: the last one; else forward output `output`. Unless the node's
- *        attribute `unless_attr` has the value `unless_value` (a fused ReLU reads the output it masks by); for kLast,
+ *        attribute `unless_attr` has the value `unless_value` (nullptr: any value; a fused ReLU or ReLU6 reads the output it
+ *        masks by); for kLast,
  *        only where it has that value (with_sum=True: the last input is the fused residual sum's addend, whose
  *        gradient is the output's). It is replaced by output gradient `grad`, which has its shape. kEvery (input and
  *        output): every input i and output i, each replaced by output gradient i (a cast's backward reads the
@@ -56,13 +57,13 @@ const Unread kUnread[] = {
     {"amp_multi_cast", kEvery, kEvery, 0, nullptr, nullptr},
     {"amp_multi_widest_cast", kEvery, kEvery, 0, nullptr, nullptr},
     {"amp_fanout", kAll, kAll, 0, nullptr, nullptr},
-    {"amp_fully_connected", -1, 0, 0, "act_type", "relu"},
+    {"amp_fully_connected", -1, 0, 0, "act_type", nullptr},
     {"amp_fully_connected", kLast, -1, 0, "with_sum", "True"},
     {"amp_convolution", kLast, -1, 0, "with_sum", "True"},
     {"amp_batch_norm", kLast, -1, 0, "with_sum", "True"},
-    {"amp_convolution", -1, 0, 0, "act_type", "relu"},
-    {"amp_deconvolution", -1, 0, 0, "act_type", "relu"},
-    {"amp_batch_norm", -1, 0, 0, "act_type", "relu"},  // its saved mean and 1/std (outputs 1, 2) are read
+    {"amp_convolution", -1, 0, 0, "act_type", nullptr},
+    {"amp_deconvolution", -1, 0, 0, "act_type", nullptr},
+    {"amp_batch_norm", -1, 0, 0, "act_type", nullptr},  // its saved mean and 1/std (outputs 1, 2) are read
     {"amp_batch_dot", -1, 0, 0, nullptr, nullptr},
     {"amp_matmul", -1, 0, 0, nullptr, nullptr},
     {"amp_selfatt_qk", -1, 0, 0, nullptr, nullptr},
@@ -119,7 +120,7 @@ bool lib_api_layout(const std::vector<nnvm::NodeEntry>& backward, const std::vec
 bool applies(const Unread& u, const nnvm::NodeAttrs& attrs) {
   if (u.unless_attr == nullptr) return true;
   const auto it = attrs.dict.find(u.unless_attr);
-  const bool has = it != attrs.dict.end() && it->second == u.unless_value;
+  const bool has = it != attrs.dict.end() && (u.unless_value == nullptr || it->second == u.unless_value);
   return u.input == kLast ? has : !has;
 }
 

@@ -58,7 +58,7 @@ typedef int (*AmpMatmulFn)(const AmpMatmul* m, char* error, int error_len);
 
 /*! \brief Which computation of a convolution AmpConv asks for. */
 enum AmpConvPass {
-  AMP_CONV_FORWARD = 0,          /*!< out = relu?(conv(data, weight) + bias + addend?) */
+  AMP_CONV_FORWARD = 0,          /*!< out = relu?(conv(data, weight) + bias + addend?), capped at relu_max */
   AMP_CONV_BACKWARD_DATA = 1,    /*!< out = gradient of data, from diff_dst and weight */
   AMP_CONV_BACKWARD_WEIGHTS = 2  /*!< out = gradient of weight (and diff_bias), from diff_dst and data */
 };
@@ -69,7 +69,8 @@ enum AmpConvPass {
  * Geometry is MXNet's Convolution: symmetric padding `pad`, dilation `dilate` (1: none), output size
  * floor((in + 2 pad - dilate (kernel - 1) - 1) / stride) + 1. Tensors of one pass share `dtype` (MXNet type
  * code: 0 float32, 12 bfloat16) except `out`, which has `out_dtype`, and the bias / diff_bias, which have
- * `bias_dtype` (-1: no bias). Forward only: `relu` != 0 applies max(0, .) last, `addend` (dtype `out_dtype`,
+ * `bias_dtype` (-1: no bias). Forward only: `relu` != 0 applies min(max(0, .), relu_max) last (relu_max INFINITY
+ * or 6, a ReLU6), `addend` (dtype `out_dtype`,
  * the output's shape) is added before it when not NULL (a fused residual sum). Products accumulate in float32.
  */
 typedef struct AmpConv {
@@ -79,6 +80,7 @@ typedef struct AmpConv {
   int64_t in_size[AMP_CONV_MAX_SPATIAL], out_size[AMP_CONV_MAX_SPATIAL], kernel[AMP_CONV_MAX_SPATIAL];
   int64_t stride[AMP_CONV_MAX_SPATIAL], dilate[AMP_CONV_MAX_SPATIAL], pad[AMP_CONV_MAX_SPATIAL];
   int dtype, out_dtype, bias_dtype, relu;
+  float relu_max;        /*!< forward, where relu: INFINITY, or a ReLU6's 6 */
   int weight_dtype;      /*!< the weight's: dtype, or float32 beside bfloat16 data where
                               mxnet_amp_onednn_bf16_primitives() is 0 (the kernels widen every operand there) */
   const void* data;      /*!< forward, backward weights */

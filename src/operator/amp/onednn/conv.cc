@@ -12,6 +12,7 @@
  * matrix product instead: conv_gemm.cc. Threads, the primitive cache and scratch memory: common.h.
  */
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -46,13 +47,24 @@ struct Cached {
 }  // namespace
 
 std::string conv_key(const AmpConv& c) {
+  int32_t relu_max_bits = 0;
+  if (c.relu) std::memcpy(&relu_max_bits, &c.relu_max, sizeof(relu_max_bits));
   std::vector<int64_t> k = {c.pass,        c.spatial, c.batch,      c.in_channels, c.out_channels,
                             c.groups,      c.dtype,   c.out_dtype,  c.bias_dtype,  c.relu,
-                            c.addend != nullptr};
+                            c.addend != nullptr, relu_max_bits};
   for (const int64_t* v : {c.in_size, c.out_size, c.kernel, c.stride, c.dilate, c.pad}) {
     k.insert(k.end(), v, v + c.spatial);
   }
   return key_of(k);
+}
+
+void append_relu(const AmpConv& c, dnnl::post_ops* ops) {
+  if (!c.relu) return;
+  if (std::isinf(c.relu_max)) {
+    ops->append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  } else {
+    ops->append_eltwise(dnnl::algorithm::eltwise_clip, 0.f, c.relu_max);
+  }
 }
 
 namespace {
@@ -127,7 +139,7 @@ std::shared_ptr<Cached> create(const AmpConv& c) {
   if (c.pass == AMP_CONV_FORWARD) {
     dnnl::post_ops ops;
     if (c.addend != nullptr) ops.append_sum(1.f);
-    if (c.relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    append_relu(c, &ops);
     attr.set_post_ops(ops);
     const dnnl::convolution_forward::primitive_desc pd(
         engine, dnnl::prop_kind::forward_inference, algo, any_desc(g.src, c.dtype), any_desc(g.weights, c.dtype),

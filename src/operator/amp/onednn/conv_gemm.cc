@@ -146,7 +146,7 @@ std::shared_ptr<Cached> create(const AmpConv& c, const Shape& s) {
     // written into the product's float32 destination first and summed in by the sum post-op.
     dnnl::post_ops ops;
     if (c.addend != nullptr || c.bias_dtype >= 0) ops.append_sum(1.f);
-    if (c.relu) ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    append_relu(c, &ops);
     attr.set_post_ops(ops);
     pd = dnnl::matmul::primitive_desc(cpu_engine(), entry->a, entry->b, entry->c, attr);
     entry->unswap = reorder_of(entry->onp, entry->nop);

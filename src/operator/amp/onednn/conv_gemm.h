@@ -8,11 +8,15 @@
 #include <string>
 
 #include "api.h"
+#include "common.h"
 
 namespace mxnet_amp_onednn {
 
 /*! \brief The primitive-cache key of a convolution problem (its geometry, dtypes and fusions). */
 std::string conv_key(const AmpConv& c);
+
+/*! \brief Appends c's fused ReLU (forward, where c.relu), capped at c.relu_max where finite, to ops. */
+void append_relu(const AmpConv& c, dnnl::post_ops* ops);
 
 /*! \brief Whether c runs faster as im2col + one matrix product (few output positions, no groups). */
 bool conv_gemm_eligible(const AmpConv& c);

@@ -6,7 +6,7 @@
  *
  * Attributes are BatchNorm's: eps (1e-3), momentum (0.9), fix_gamma (True), use_global_stats (False), axis (1);
  * output_mean_var must be False; cudnn_off and the calibration ranges are accepted and ignored. act_type="relu"
- * applies a ReLU to the output (training graphs fuse the ReLU that follows: backward then keeps one activation,
+ * (or "relu6", a clip to [0, 6]) applies a ReLU to the output (training graphs fuse the ReLU that follows: backward then keeps one activation,
  * not the normalised data beside the ReLU's output; the gradient masks dy where the output is 0). with_sum=True
  * takes one more input after the mode, the addend (the data's dtype and shape), added before the ReLU (a ResNet
  * block's residual sum; its gradient is dy through the ReLU).
@@ -24,6 +24,7 @@
  * oneDNN 3 kernels').
  */
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -44,6 +45,7 @@ constexpr const char* kRoles[kInputs] = {"data", "gamma", "beta", "moving_mean",
 struct BatchNormParams {
   float eps = 1e-3f, momentum = 0.9f;
   bool fix_gamma = true, use_global_stats = false, relu = false, with_sum = false;
+  float relu_max = INFINITY;  // where relu: a ReLU6's 6
   long axis = 1;
 
   int num_inputs() const { return kInputs + with_sum; }
@@ -59,12 +61,7 @@ bool parse_bn(const Attrs& attrs, BatchNormParams* p) {
       !parse_bool(kBatchNorm, attrs, "with_sum", false, &p->with_sum)) {
     return false;
   }
-  const auto act = attrs.find("act_type");
-  if (act != attrs.end() && act->second != "relu") {
-    MX_ERROR_MSG << kBatchNorm << ": attribute act_type must be relu (got '" << act->second << "')";
-    return false;
-  }
-  p->relu = act != attrs.end();
+  if (!parse_relu(kBatchNorm, attrs, &p->relu, &p->relu_max)) return false;
   if (output_mean_var) {
     MX_ERROR_MSG << kBatchNorm << ": output_mean_var=True is not supported (its outputs are the mean and "
                  << "inverse standard deviation the backward needs)";
@@ -211,6 +208,7 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   a.threads = team.threads();
   a.addend = p.with_sum ? inputs->back().data_ptr : nullptr;
   a.relu = p.relu;
+  a.relu_max = p.relu_max;
   cpu_batch_norm_forward(a);
   return MX_SUCCESS;
 }
@@ -233,6 +231,7 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   a.y = in[kOutputs + p.num_inputs()].data_ptr;  // the forward's output: a fused ReLU masks dy by it
   a.daddend = p.with_sum ? outputs->back().data_ptr : nullptr;
   a.relu = p.relu;
+  a.relu_max = p.relu_max;
   a.x = x.data_ptr;
   a.gamma = p.fix_gamma ? nullptr : static_cast<const float*>(in[kOutputs + kGamma].data_ptr);
   a.saved_mean = static_cast<const float*>(in[kOutputs + p.num_inputs() + 1].data_ptr);

@@ -6,7 +6,8 @@
  * Attributes are those of MXNet's Convolution (kernel, stride, dilate, pad, num_filter, num_group, no_bias;
  * layout must be channels-first; the CUDA-only workspace/cudnn_* are accepted and ignored), so the graph
  * rewriter only renames the node, plus three of its own for inference graphs:
- *   act_type="relu"  a ReLU fused into the convolution (oneDNN post-op; the gradient masks dy);
+ *   act_type         "relu" or "relu6" (a clip to [0, 6], MobileNets'): fused into the convolution (a oneDNN
+ *                    post-op; the gradient masks dy where the output is at a bound);
  *   with_sum=True    one more input, the addend, summed into the output before the ReLU (a residual sum);
  *   out_dtype        float32 or bfloat16: the output's dtype when it differs from the operands'.
  * Data, weight and bias are float32 or bfloat16 (all the same), unless param_dtype="float32" (training graphs):
@@ -20,6 +21,7 @@
  * Backward: inputs [dy, inputs..., y], outputs [gradient of each input], in the inputs' dtypes.
  */
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -39,6 +41,7 @@ struct ConvParams {
   std::vector<long> kernel, stride, dilate, pad, adj, target_shape;
   long num_filter = 0, num_group = 1;
   bool no_bias = false, relu = false, with_sum = false;
+  float relu_max = INFINITY;  // where relu: a ReLU6's 6
   int out_dtype = -1, param_dtype = -1;
 
   const char* op() const { return deconv ? kDeconv : kConv; }
@@ -88,11 +91,7 @@ bool parse_conv(const Attrs& attrs, bool deconv, ConvParams* p) {
     MX_ERROR_MSG << op << ": fused activations and sums are not supported";
     return false;
   }
-  if (act != attrs.end() && act->second != "relu") {
-    MX_ERROR_MSG << op << ": attribute act_type must be relu (got '" << act->second << "')";
-    return false;
-  }
-  p->relu = act != attrs.end();
+  if (!parse_relu(op, attrs, &p->relu, &p->relu_max)) return false;
   return deconv || parse_bool(op, attrs, "with_sum", false, &p->with_sum);
 }
 
@@ -286,6 +285,7 @@ MXReturnValue conv_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
     return MX_SUCCESS;
   }
   c.relu = p.relu;
+  c.relu_max = p.relu_max;
   c.data = x.data_ptr;
   if (!p.no_bias) {
     c.bias = (*inputs)[2].data_ptr;
@@ -310,8 +310,8 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
   }
   const int dt = static_cast<int>(x.dtype);
   Scratch keep;
-  // dy, where a fused ReLU's output is positive (else 0), in the operands' dtype
-  void* g = p.relu ? relu_masked(dy, inputs->back(), dt, &keep) : in_dtype(dy, dt, &keep);
+  // dy, where a fused ReLU's output is inside (0, relu_max) (else 0), in the operands' dtype
+  void* g = p.relu ? relu_masked(dy, inputs->back(), dt, p.relu_max, &keep) : in_dtype(dy, dt, &keep);
   AmpConv c;
   if (!geometry(p, x.shape, &c)) return MX_FAIL;
   c.dtype = dt;

@@ -5,6 +5,7 @@
 #include "glue.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 namespace mxnet_amp {
@@ -101,6 +102,19 @@ bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallba
     return false;
   }
   return true;
+}
+
+bool parse_relu(const char* op, const Attrs& attrs, bool* relu, float* relu_max) {
+  const auto it = attrs.find("act_type");
+  *relu = it != attrs.end();
+  *relu_max = INFINITY;
+  if (!*relu || it->second == "relu") return true;
+  if (it->second == "relu6") {
+    *relu_max = 6.f;
+    return true;
+  }
+  MX_ERROR_MSG << op << ": attribute act_type must be relu or relu6 (got '" << it->second << "')";
+  return false;
 }
 
 bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values) {

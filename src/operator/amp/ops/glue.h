@@ -42,6 +42,12 @@ bool parse_float_list(const char* op, const Attrs& attrs, const char* key, size_
 /*! \brief Reads a boolean attribute ("True"/"False"/"1"/"0"/"true"/"false", default when absent). */
 bool parse_bool(const char* op, const Attrs& attrs, const char* key, bool fallback, bool* value);
 
+/*!
+ * \brief Reads the act_type attribute of a kernel that fuses a ReLU: absent (*relu false), "relu" (*relu_max
+ *        INFINITY) or "relu6" (MobileNets' clip to [0, 6]: *relu_max 6).
+ */
+bool parse_relu(const char* op, const Attrs& attrs, bool* relu, float* relu_max);
+
 /*! \brief Reads a tuple attribute such as "(3, 3)", "[2,2]" or "(1,)": integers >= minimum, empty when absent
  *         or "None"; on failure reports an error naming op. */
 bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minimum, std::vector<long>* values);

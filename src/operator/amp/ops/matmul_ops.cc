@@ -227,7 +227,7 @@ MXReturnValue fc_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std
   const MXTensor& dy_t = (*inputs)[0];
   Scratch keep;
   // dy, where a fused ReLU's output is positive (else 0), in the operands' dtype
-  void* g = relu ? relu_masked(dy_t, inputs->back(), dt, &keep) : in_dtype(dy_t, dt, &keep);
+  void* g = relu ? relu_masked(dy_t, inputs->back(), dt, INFINITY, &keep) : in_dtype(dy_t, dt, &keep);
   // what the bias and addend gradients read: dy as given, unless masked
   const void* g_sum = relu ? g : dy_t.data_ptr;
   const int g_sum_dtype = relu ? dt : static_cast<int>(dy_t.dtype);

@@ -138,11 +138,11 @@ void* weight_in_dtype(const MXTensor& w, int dtype, int* used) {
   return buffer.data();
 }
 
-void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep) {
+void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, float relu_max, Scratch* keep) {
   void* out = scratch(keep, dy.size());
   const CallTeam team;
   relu_mask(out, dtype, dy.data_ptr, static_cast<int>(dy.dtype), y.data_ptr, static_cast<int>(y.dtype), dy.size(),
-            team.threads());
+            relu_max, team.threads());
   return out;
 }
 

@@ -65,8 +65,11 @@ void* in_dtype(const MXTensor& t, int dtype, Scratch* keep);
  */
 void* weight_in_dtype(const MXTensor& w, int dtype, int* used);
 
-/*! \brief dy where y > 0, else 0, in dtype (a scratch copy): the gradient through a fused ReLU. */
-void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, Scratch* keep);
+/*!
+ * \brief dy where 0 < y < relu_max, else 0, in dtype (a scratch copy): the gradient through a fused ReLU (relu_max
+ *        INFINITY) or ReLU6 (6).
+ */
+void* relu_masked(const MXTensor& dy, const MXTensor& y, int dtype, float relu_max, Scratch* keep);
 
 /*! \brief Most dimensions of a product operand (batch dimensions, rows, columns). */
 constexpr int kMaxDims = AMP_MATMUL_MAX_DIMS;
