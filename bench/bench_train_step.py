@@ -1,7 +1,7 @@
-"""One training step: fp32 vs mxnet.contrib.amp bf16 vs mxnet.amp bf16, for ResNet-18 or a BERT-style encoder.
+"""One training step: fp32 vs mxnet.contrib.amp bf16 vs mxnet.amp bf16, for a vision model or a BERT-style encoder.
 
-``--model resnet18`` (the default): ResNet-18 v1 at ``--batch`` x 3 x ``--size`` x ``--size`` (32x3x64x64), SGD
-with momentum. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 heads, 3072 hidden units, 128
+``--model resnet18`` (the default), ``mobilenet_v2`` or ``densenet121``: the Gluon model-zoo model (10 classes) at
+``--batch`` x 3 x ``--size`` x ``--size`` (32x3x64x64), SGD with momentum; PyTorch runs torchvision's. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 heads, 3072 hidden units, 128
 tokens, a 2-class head, AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
 
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
@@ -21,7 +21,8 @@ their thread count.
 ``--stand-in b`` runs every configuration as CPU class (b) on a higher-class CPU (oneDNN's ISA caps);
 ``--record`` writes ``mxnet.amp``'s ratio into ``python/mxnet/amp/core/cpu_ratios.json`` (see bench_inference.py).
 
-    python bench/bench_train_step.py [--model resnet18|encoder] [--repeats 3] [--steps 5] [--batch 32]
+    python bench/bench_train_step.py [--model resnet18|mobilenet_v2|densenet121|encoder] [--repeats 3] [--steps 5]
+        [--batch 32]
         [--size 64] [--profile] [--record] [--stand-in a|b|c]
 """
 import argparse
@@ -39,7 +40,11 @@ from timing import add_stand_in, apply_stand_in, cpu_banner  # noqa: E402
 CONFIGS = ("fp32", "contrib_bf16", "amp_bf16", "torch_fp32", "torch_bf16")
 #: Configurations that run only where PyTorch (and for ResNet-18 torchvision) imports: never a dependency.
 TORCH_CONFIGS = ("torch_fp32", "torch_bf16")
-MODELS = ("resnet18", "encoder")
+#: The vision models: name -> (Gluon model-zoo name, torchvision name, title).
+VISION = {"resnet18": ("resnet18_v1", "resnet18", "ResNet-18"),
+          "mobilenet_v2": ("mobilenetv2_1.0", "mobilenet_v2", "MobileNet v2"),
+          "densenet121": ("densenet121", "densenet121", "DenseNet-121")}
+MODELS = tuple(VISION) + ("encoder",)
 ENCODER_LAYERS, ENCODER_SEQ = 4, 128
 #: Step-profile columns, in print order; an op is counted in the first category whose test it passes.
 CATEGORIES = ("forward", "backward", "casts", "check", "optimizer")
@@ -111,7 +116,7 @@ def build(model, batch, size):
         x = mx.nd.random.uniform(-1, 1, shape=(batch, ENCODER_SEQ, 768))
         y = mx.nd.array(mx.nd.random.randint(0, 2, shape=(batch,)).asnumpy())
         return net, x, y, "adamw", {"learning_rate": 1e-4}
-    net = gluon.model_zoo.vision.resnet18_v1(classes=10)
+    net = gluon.model_zoo.vision.get_model(VISION[model][0], classes=10)
     x = mx.nd.random.uniform(shape=(batch, 3, size, size))
     y = mx.nd.array(mx.nd.random.randint(0, 10, shape=(batch,)).asnumpy())
     return net, x, y, "sgd", {"learning_rate": 0.01, "momentum": 0.9}
@@ -130,7 +135,7 @@ def torch_step(model, batch, size, autocast):
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     else:
         import torchvision
-        net = torchvision.models.resnet18(num_classes=10)
+        net = getattr(torchvision.models, VISION[model][1])(num_classes=10)
         x = torch.rand(batch, 3, size, size)
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     y = torch.randint(0, 2 if model == "encoder" else 10, (batch,))
@@ -155,7 +160,7 @@ def _no_mark(phase):
 def torch_missing(model, python=None):
     """Why PyTorch's rows of ``model`` cannot run here (torch, or torchvision for ResNet-18, does not import in a
     fresh process of ``python``, by default this one's interpreter), or None where they can."""
-    code = "import torch" + ("; import torchvision" if model == "resnet18" else "")
+    code = "import torch" + ("; import torchvision" if model in VISION else "")
     proc = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     return None if proc.returncode == 0 else (lines[-1] if lines else "exit status %d" % proc.returncode)[:120]
@@ -276,8 +281,8 @@ def main():
                 if row.get("threads"):
                     threads[config] = row["threads"]
     base = statistics.median(results["fp32"]) if results["fp32"] else None
-    what = ("ResNet-18 training step, batch %d x 3 x %d x %d" % (args.batch, args.size, args.size)
-            if args.model == "resnet18" else "encoder training step (%d layers of 768, 12 heads), batch %d x %d"
+    what = ("%s training step, batch %d x 3 x %d x %d" % (VISION[args.model][2], args.batch, args.size, args.size)
+            if args.model in VISION else "encoder training step (%d layers of 768, 12 heads), batch %d x %d"
             % (ENCODER_LAYERS, args.batch, ENCODER_SEQ))
     print("%s, %d repeats x %d steps, %s" % (what, args.repeats, args.steps, time.strftime("%Y-%m-%d")))
     print("%-14s %12s %16s" % ("config", "median s", "speed vs fp32"))
@@ -298,8 +303,9 @@ def main():
     if args.record and base and results["amp_bf16"]:
         from bench_inference import record
         from mxnet.amp.core.support import plans_native
-        workload = ("ResNet-18 training step, %dx3x%dx%d, SGD momentum" % (args.batch, args.size, args.size)
-                    if args.model == "resnet18" else "encoder training step, %dx%dx768, AdamW" % (args.batch,
+        workload = ("%s training step, %dx3x%dx%d, SGD momentum" % (VISION[args.model][2], args.batch, args.size,
+                                                                      args.size)
+                    if args.model in VISION else "encoder training step, %dx%dx768, AdamW" % (args.batch,
                                                                                                   ENCODER_SEQ))
         plan = "native" if plans_native("bfloat16", "cpu") else "emulated"
         record({(workload, plan): round(base / statistics.median(results["amp_bf16"]), 2)},

@@ -260,12 +260,66 @@ def test_training_graphs_keep_batch_norm_in_bfloat16_on_the_library_kernel():
     # no float32 island: no cast of the data around either BatchNorm
     assert not [n for n in nodes if n["op"] == "amp_cast" and n["attrs"]["dtype"] == "float32"
                 and nodes[n["inputs"][0][0]]["op"] == "amp_convolution"]
-    # inference conversion, emulation, float16 and kernels="mxnet" keep MXNet's BatchNorm
-    for policy, inference in ((make_policy("bfloat16", emulate=False), True),
-                              (make_policy("bfloat16", emulate=True), False), (make_policy("float16"), False),
-                              (make_policy("bfloat16", emulate=False, kernels="mxnet"), False)):
-        other, _ = rewrite_symbol(sym, policy, "cpu", inference=inference)
+    # inference graphs too (a BatchNorm conversion cannot fold: here, unfused, both), with the ReLU fused
+    inference, _ = rewrite_symbol(sym, make_policy("bfloat16", emulate=False), "cpu", inference=True)
+    assert [(n["op"], n.get("attrs", {}).get("act_type")) for n in _bn_nodes(inference)] == [
+        ("amp_batch_norm", "relu"), ("amp_batch_norm", None)]
+    # emulation, float16 and kernels="mxnet" keep MXNet's BatchNorm
+    for policy in (make_policy("bfloat16", emulate=True), make_policy("float16"),
+                   make_policy("bfloat16", emulate=False, kernels="mxnet")):
+        other, _ = rewrite_symbol(sym, policy, "cpu")
         assert [n["op"] for n in _bn_nodes(other)] == ["BatchNorm"] * 2
+
+
+class _DenseLayer(gluon.HybridBlock):
+    """DenseNet's layer: the input concatenated with a 1x1 -> 3x3 branch, each convolution after BatchNorm and ReLU
+    (the BatchNorm after the concatenation has no convolution before it to fold into)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = nn.Conv2D(8, 3, padding=1)
+            self.bn1, self.conv1 = nn.BatchNorm(), nn.Conv2D(16, 1)
+            self.bn2, self.conv2 = nn.BatchNorm(), nn.Conv2D(4, 3, padding=1)
+            self.bn3 = nn.BatchNorm()
+
+    def hybrid_forward(self, F, x):
+        x = self.stem(x)
+        h = self.conv2(F.relu(self.bn2(self.conv1(F.relu(self.bn1(x))))))
+        return F.relu(self.bn3(F.concat(x, h, dim=1)))
+
+
+@requires_onednn3_bf16
+def test_inference_runs_unfoldable_batch_norms_on_the_library_kernel_and_exports_them():
+    """Converted for inference, the BatchNorms no convolution precedes run on amp_batch_norm with their ReLUs fused,
+    reading and writing bfloat16 (no float32 island); the outputs follow float32 and the ONNX export computes them."""
+    net = _DenseLayer()
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(np.random.RandomState(2).uniform(-1, 1, (2, 3, 8, 8)))
+    net(x)
+    rng = np.random.RandomState(3)
+    for name, param in net.collect_params().items():
+        if name.endswith(("running_var", "gamma")):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, param.shape)))
+        elif name.endswith(("running_mean", "beta")):
+            param.set_data(mx.nd.array(rng.uniform(-0.2, 0.2, param.shape)))
+    ref = net(x).asnumpy()
+    low = amp.convert_hybrid_block(net, x, "bfloat16", emulate=False)
+    nodes = json.loads(low._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+    bns = [n for n in nodes if "BatchNorm" in n["op"] or n["op"] == "amp_batch_norm"]
+    assert [(n["op"], n.get("attrs", {}).get("act_type")) for n in bns] == [("amp_batch_norm", "relu")] * 2
+    assert not {"relu", "Activation", "BatchNorm"} & {n["op"] for n in nodes}  # bn2 folded, every ReLU fused
+    for bn in bns:  # bfloat16 straight in
+        assert nodes[bn["inputs"][0][0]]["op"] in ("amp_convolution", "amp_concat")
+    got = low(x).asnumpy()
+    assert np.abs(got - ref).max() <= 0.02 * np.abs(ref).max()
+    onnx = pytest.importorskip("onnxruntime")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = amp.export_onnx(low, None, [x.shape], tmp + "/m.onnx", bf16_mode="emulate")
+        sess = onnx.InferenceSession(path, providers=["CPUExecutionProvider"])
+        exported = sess.run(None, {sess.get_inputs()[0].name: x.asnumpy()})[0]
+    assert np.abs(exported - got).max() <= 0.02 * np.abs(got).max()
 
 
 def _trained(use_amp, steps=3):

@@ -179,7 +179,9 @@ def test_neutral_plans_kernel_island_and_substitute(monkeypatch):
     train = plan_node(bn, policy, "cpu", False, [BF16] + ["float32"] * 4, True)
     assert train.neutral_kernel and train.op == "amp_batch_norm"
     infer = plan_node(bn, policy, "cpu", True, [BF16] + ["float32"] * 4, True)
-    assert infer.float32_island and infer.op == "BatchNorm"  # inference graphs: no kernel, float32 between casts
+    assert infer.neutral_kernel and infer.op == "amp_batch_norm"  # inference graphs too (lists.neutral_kernels)
+    mxnet = plan_node(bn, make_policy(BF16, kernels="mxnet"), "cpu", True, [BF16] + ["float32"] * 4, True)
+    assert mxnet.float32_island and mxnet.op == "BatchNorm"  # MXNet's kernels: float32 between casts
     relu = plan_node(_node(mx.sym.relu(mx.sym.var("x"))), policy, "cpu", False, [BF16], True)
     assert (relu.op, relu.attrs) == ("Activation", {"act_type": "relu"})
     cast = plan_node(_node(mx.sym.amp_cast(mx.sym.var("x"), dtype="float16")), policy, "cpu", False, ["float32"],

@@ -315,12 +315,14 @@ def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatc
     # lists.float32_kernels: MXNet's bfloat16 CPU BatchNorm is slower than its float32 one. The rewriter casts
     # its input to float32 and its output back, so the graph after it is what it would be in bfloat16
     # (upstream code reading the FullyConnected weight's dtype sees bfloat16); emulation is unchanged. That is
-    # inference graphs (conversion) and the imperative path: training graphs run BatchNorm on the library's
+    # graphs with MXNet's kernels and the imperative path: graphs with the library's kernels run BatchNorm on its
     # amp_batch_norm in bfloat16 instead (lists.neutral_kernels, tests/python/unittest/test_batch_norm.py).
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     assert lists.float32_kernels("bfloat16", "cpu") >= {"BatchNorm", "_npx_batch_norm"}
     assert not lists.float32_kernels("float16", "cpu") and not lists.float32_kernels("bfloat16", "gpu")
-    low, _ = rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate), "cpu", inference=True)
+    # (kernels="auto" runs it on the library's amp_batch_norm in bfloat16 instead: tests/python/unittest/test_batch_norm.py)
+    low, _ = rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate, kernels="mxnet"), "cpu",
+                            inference=True)
     g = json.loads(low.tojson(remove_amp_cast=False))
     nodes = g["nodes"]
     dtypes = infer_entry_dtypes(g, {"data": "float32"})

@@ -232,6 +232,25 @@ def test_native_bfloat16_graph_exports_in_every_mode(tmp_path):
     assert any(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.BFLOAT16 for n in model.graph.node)
 
 
+def test_a_fused_relu6_exports_as_a_clip(tmp_path):
+    """The default conversion folds MobileNet's BatchNorms and fuses its clips to [0, 6] into the convolutions
+    (act_type="relu6"); the export writes each as the convolution then a Clip, with the same values."""
+    import json
+    net, x = _model("mobilenet")
+    low = convert_hybrid_block(net, x, "bfloat16")
+    nodes = json.loads(low._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+    if not any(n["op"] == "amp_convolution" for n in nodes):
+        pytest.skip("the library's convolution does not run here (oneDNN 3 unavailable)")
+    assert [n.get("attrs", {}).get("act_type") for n in nodes if n["op"] == "amp_convolution"].count("relu6") == 2
+    assert not any(n["op"] == "clip" for n in nodes)
+    ref = low(x).asnumpy()
+    for mode in ("emulate", "float32"):
+        path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / ("%s.onnx" % mode)), bf16_mode=mode)
+        assert sum(n.op_type == "Clip" for n in onnx.load(path).graph.node) == 2
+        _, got = _run_onnx(path, x)
+        _check(got, ref, TOL[mode])
+
+
 def test_mxnet_export_model_directly_keeps_casts(tmp_path):
     net, x = _model("mlp")
     inputs, sym, params = block_graph(net, [x])

@@ -146,8 +146,9 @@ def test_contrib_convert_hybrid_block_form_uses_the_cached_graph():
     contrib = amp.convert_hybrid_block(net, "bfloat16", None, None, None, None, mx.cpu(), False)
     with pytest.warns(DeprecationWarning, match="cast_optional_params"):
         contrib_offline = amp.convert_hybrid_block(net, "bfloat16", ctx=mx.cpu(), cast_optional_params=True)
-    ours = amp.convert_hybrid_block(net, x, "bfloat16", ctx=mx.cpu())
-    for a, b in ((master, contrib_offline), (ours, contrib)):
+    ours = amp.convert_hybrid_block(net, x, "bfloat16", ctx=mx.cpu(), cast_params_offline=False)
+    contrib_default = amp.convert_hybrid_block(net, "bfloat16", ctx=mx.cpu())  # weights stored in bfloat16
+    for a, b in ((master, contrib_offline), (ours, contrib), (master, contrib_default)):
         assert {k: p.dtype for k, p in a.collect_params().items()} == \
             {k: p.dtype for k, p in b.collect_params().items()}
         np.testing.assert_array_equal(mx.nd.amp_cast(a(x), dtype="float32").asnumpy(),

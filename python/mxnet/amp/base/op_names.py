@@ -5,7 +5,7 @@ the operator categories, the graph passes recognise them.
 """
 
 __all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "LAYER_NORM_OPS", "SOFTMAX_OPS", "DROPOUT_OPS",
-           "STORAGE_OPS", "ALL_OPS"]
+           "STORAGE_OPS", "COPY_OPS", "ALL_OPS"]
 
 #: The multi-tensor casts and updates, the loss scaler's step and the emulation rounding.
 MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast",
@@ -30,9 +30,13 @@ SOFTMAX_OPS = ("amp_log_softmax", "amp_softmax")
 #: Dropout on float32 or bfloat16 data in the data's dtype, told the graph's mode by an input.
 DROPOUT_OPS = ("amp_dropout",)
 
-#: Every op of the library.
 #: What training graphs storing bfloat16 on float32 arithmetic (CPU class (a)) run in the data's dtype, float32 or
 #: bfloat16: 2-D max pooling, and the copies of a tensor read more than once (their gradients added in float32).
 STORAGE_OPS = ("amp_fanout", "amp_pooling")
 
-ALL_OPS = MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS + DROPOUT_OPS + STORAGE_OPS
+#: Concatenation by row copies, float32 or bfloat16 data (converted inference graphs).
+COPY_OPS = ("amp_concat",)
+
+#: Every op of the library.
+ALL_OPS = (MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS + DROPOUT_OPS + STORAGE_OPS
+           + COPY_OPS)

@@ -31,7 +31,7 @@ from ..base.dtypes import BFLOAT16, dtype_name
 from ..base.registry import group_by_operator, op_handle, registered_ops
 from .probe_specs import DEFAULT_SHAPES, DTYPES, NCHW, SPECS, VALUE_CASES, VALUE_TOLERANCE
 
-__all__ = ["op_groups", "probe", "probe_values"]
+__all__ = ["op_groups", "op_spec", "probe", "probe_values"]
 
 
 def op_groups() -> List[List[str]]:
@@ -39,8 +39,9 @@ def op_groups() -> List[List[str]]:
     return [list(group) for group in group_by_operator(n for n in registered_ops() if not n.startswith("_backward"))]
 
 
-def _spec(group):
-    """Return (inputs, attrs) for an alias group, or None when the op needs attrs SPECS lacks."""
+def op_spec(group: List[str]):
+    """Return (inputs, attrs) for an alias group, or None when the op needs attrs SPECS lacks: the probe's call,
+    which ``bench/bench_op_speed.py`` times at larger shapes."""
     for name in group:
         if name in SPECS:
             return SPECS[name]
@@ -86,7 +87,7 @@ def _child(names):
     """Probe each alias group named on the command line, one JSON line per op."""
     groups = {g[0]: g for g in op_groups()}
     for name in names:
-        spec = _spec(groups[name])
+        spec = op_spec(groups[name])
         row = {"op": name}
         if spec is None:
             row.update({d: "unprobed" for d in DTYPES})
@@ -143,7 +144,7 @@ def _call(name, inputs, attrs):
 
 def _value_cases(group):
     """(inputs, attrs) cases for an alias group: SPECS' (or the default) plus VALUE_CASES."""
-    spec = _spec(group)
+    spec = op_spec(group)
     if spec is None:
         return []
     cases = [spec]

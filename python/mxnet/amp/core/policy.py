@@ -6,11 +6,12 @@ single place that combines the built-in lists with the user's overrides.
 """
 from dataclasses import dataclass, field, replace
 import difflib
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 import mxnet as mx
 
 from .. import lists
+from . import cpu
 from .support import library_ready, plans_native, plans_storage
 
 __all__ = ["Policy", "make_policy", "KERNELS", "DISABLED_ATTR", "LP16", "FP32", "NEUTRAL", "WIDEST", "FOLLOW", "NATIVE",
@@ -237,15 +238,24 @@ class Policy:
         swap = lists.transpose_swaps(self.target_dtype, device_type).get(op)
         return None if self.storage and swap not in lists.storage_ops(self.target_dtype, device_type) else swap
 
-    def neutral_kernel(self, op: str, device_type: str, name: Optional[str] = None) -> Optional[str]:
+    def neutral_kernel(self, op: str, device_type: str, name: Optional[str] = None,
+                       inference: bool = False) -> Optional[str]:
         """The library op that runs ``op`` in its data's dtype in a training graph on ``device_type``, told the
         graph's mode (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``, ``Dropout`` ->
-        ``amp_dropout``) where the graph runs natively there and ``kernels="auto"``, or None; never for an op (or
+        ``amp_dropout``), or in an inference graph those of them it uses too (``amp_batch_norm``), where the graph runs natively there and ``kernels="auto"``, or None; never for an op (or
         node ``name``) the user keeps in float32 (``extra_fp32_ops``, ``fp32_ops``, ``excluded_sym_names``)."""
         if (not self._runs_native(device_type) or self.kernels != "auto" or op in self.extra_fp32_ops
                 or op in (self.fp32_ops or ()) or name in self.excluded_sym_names):
             return None
-        return lists.neutral_kernels(self.target_dtype, device_type).get(op)
+        return lists.neutral_kernels(self.target_dtype, device_type, inference).get(op)
+
+    def inference_kernel(self, op: str, device_type: str) -> Optional[str]:
+        """The library op that runs dtype-neutral or widest-type ``op`` on target-dtype inputs in an inference graph on
+        ``device_type`` (``lists.inference_kernels``: ``Concat`` -> ``amp_concat``) where the graph runs natively there
+        and ``kernels="auto"``, or None (``storage`` policies are training ones)."""
+        if self.storage or self.kernels != "auto" or not self._runs_native(device_type):
+            return None
+        return lists.inference_kernels(self.target_dtype, device_type).get(op)
 
     def fanout_copies(self, device_type: str) -> bool:
         """Whether a training graph on ``device_type`` reads a target-dtype tensor read more than once through the
@@ -276,6 +286,17 @@ class Policy:
         where the device runs the target dtype natively. (A ``storage`` policy's graphs get their float32 islands
         after the fusions: :func:`mxnet.amp.graph.postops.float32_islands`.)"""
         return op in lists.float32_kernels(self.target_dtype, device_type) and self._runs_native(device_type)
+
+    def float32_islands(self, device_type: str) -> FrozenSet[str]:
+        """The dtype-neutral, widest-type and conditional ops that run in float32 between casts where the target dtype
+        reaches them in a graph on ``device_type``, made after the fusions
+        (:func:`mxnet.amp.graph.postops.float32_islands`): on CPUs where the graph runs natively, the ops whose
+        MXNet kernel the op-speed table of this CPU's class measured slower on bfloat16 than in float32 between casts
+        (``lists.float32_island_ops``). Empty elsewhere: GPUs, float16, emulated graphs, and ``storage`` graphs (which
+        keep the target dtype only through ``lists.storage_ops``)."""
+        if device_type != "cpu" or self.storage or not self._runs_native(device_type):
+            return frozenset()
+        return lists.float32_island_ops(self.target_dtype, cpu.cpu_class().name)
 
     def emulation_kernel(self, op: str, device_type: str) -> Optional[str]:
         """The op of this project's library that runs emulated op ``op`` on ``device_type`` (float32 on

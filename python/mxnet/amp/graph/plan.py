@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 from .. import lists
-from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, Policy
+from ..core.policy import EMULATED, FLOAT32, FOLLOW, FP32, LP16, NATIVE, NEUTRAL, WIDEST, Policy
 from .symbol_json import CAST_OPS, FALSE_VALUES, is_mode_node
 
 __all__ = ["NodePlan", "plan_node", "kernel_op"]
@@ -37,8 +37,9 @@ class NodePlan:
         ``FOLLOW`` resolved to ``LP16`` (a low precision input arrived).
     neutral_kernel : bool
         The op runs on a library kernel told the graph's mode (training or not) by the mode flag, its last input:
-        a dtype-neutral op on low precision data (``amp_batch_norm``, float32 parameters), or a float32-list op
-        on data of the target dtype or float32 (``amp_dropout``), in the data's dtype.
+        a dtype-neutral op on low precision data (``amp_batch_norm``, float32 parameters; in inference graphs too),
+        or in training graphs a float32-list op on data of the target dtype or float32 (``amp_dropout``), in the
+        data's dtype.
     float32_island : bool
         A dtype-neutral op whose low precision kernel is slow runs in float32 between casts; its first output is cast
         back to the target dtype. (A ``storage`` policy's islands are made after the fusions:
@@ -159,11 +160,14 @@ def plan_node(node: dict, policy: Policy, device_type: str, inference: bool,
                           and lists.reads_float32_params(target, kernel))
         return NodePlan(action, mode, kernel, attrs={"param_dtype": "float32"} if float32_params else {},
                         followed=followed)
+    if inference and input_dtypes and all(d == target for d in input_dtypes):
+        kernel = policy.inference_kernel(op, device_type)  # Concat: amp_concat's row copies
+        if kernel is not None and action in (NEUTRAL, WIDEST):
+            return NodePlan(action, None, kernel)
     if action != NEUTRAL or not input_dtypes:
         return NodePlan(action, None, op)
-    kernel = (policy.neutral_kernel(op, device_type, node["name"])
-              if not inference and input_dtypes[0] == target and attrs.get("output_mean_var", "False") in FALSE_VALUES
-              else None)
+    kernel = (policy.neutral_kernel(op, device_type, node["name"], inference)
+              if input_dtypes[0] == target and attrs.get("output_mean_var", "False") in FALSE_VALUES else None)
     if kernel is not None:
         return NodePlan(action, None, kernel, neutral_kernel=True)
     if any_low and policy.neutral_in_float32(op, device_type):

@@ -17,7 +17,8 @@ __all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs
 
 #: Library kernels -> the activations they fuse (``act_type``) in inference and in training graphs (a fused GELU
 #: has no gradient), and those with a fused residual sum (``with_sum``).
-_ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu", "relu6"})}
+_ACT_FUSING = {"amp_fully_connected": frozenset({"relu", "gelu"}), "amp_convolution": frozenset({"relu", "relu6"}),
+               "amp_batch_norm": frozenset({"relu", "relu6"})}
 _TRAINING_ACT_FUSING = {"amp_fully_connected": frozenset({"relu"}), "amp_convolution": frozenset({"relu", "relu6"}),
                         "amp_batch_norm": frozenset({"relu", "relu6"})}
 _SUM_FUSING = frozenset({"amp_convolution", "amp_fully_connected", "amp_batch_norm"})
@@ -262,13 +263,16 @@ def storage_kernels(graph: dict, var_dtypes: Mapping[str, Any], dtype: str,
     return dict(graph, nodes=[routed(node) for node in graph["nodes"]])
 
 
-def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keeps: FrozenSet[str]) -> dict:
-    """MXNet ops outside ``keeps`` that read ``dtype`` tensors run in float32 between the library's casts (each
-    ``dtype`` input cast to float32, each ``dtype`` output cast back), for graphs storing ``dtype`` on float32
-    arithmetic (:meth:`~mxnet.amp.core.policy.Policy.for_graph`; ``keeps``: ``lists.storage_ops``).
+def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, in_float32: Callable[[str], bool]
+                    ) -> dict:
+    """MXNet ops for which ``in_float32(op)`` holds that read ``dtype`` tensors run in float32 between the library's
+    casts (each ``dtype`` input cast to float32, each ``dtype`` output cast back): in graphs storing ``dtype`` on
+    float32 arithmetic every op but ``lists.storage_ops`` (:meth:`~mxnet.amp.core.policy.Policy.for_graph`), in
+    graphs running ``dtype`` natively the ops whose ``dtype`` kernels are slower
+    (:meth:`~mxnet.amp.core.policy.Policy.float32_islands`).
 
-    Run after the fusions, so that a ReLU or a residual sum that a library kernel absorbs needs no island. The
-    library's ops (``amp_*``) and the casts read ``dtype`` themselves.
+    Run after the fusions, so that a ReLU, a ReLU6 or a residual sum that a library kernel absorbs needs no island.
+    The library's ops (``amp_*``) and the casts read ``dtype`` themselves.
     """
     dtypes = infer_entry_dtypes(graph, var_dtypes)
     counts = num_outputs(graph)
@@ -277,8 +281,8 @@ def float32_islands(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, keep
     for nid, node in enumerate(graph["nodes"]):
         inputs = [remap.get((src, idx), (new_id.get(src), idx)) for src, idx, _ in node["inputs"]]
         low = [dtypes.get((src, idx)) == dtype for src, idx, _ in node["inputs"]]
-        island = (any(low) and node["op"] not in keeps and node["op"] not in CAST_OPS
-                  and not node["op"].startswith("amp_"))
+        island = (any(low) and node["op"] not in CAST_OPS and not node["op"].startswith("amp_")
+                  and in_float32(node["op"]))
         if island:
             inputs = [(add(_cast_node("%s_amp_cast_in%d_float32" % (node["name"], k), e, "float32")), 0)
                       if is_low else e for k, (e, is_low) in enumerate(zip(inputs, low))]

@@ -184,8 +184,12 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
         out = storage_kernels(out, var_dtypes, policy.target_dtype,
                               functools.partial(lists.storage_kernel, policy.target_dtype, device_type))
-        out = library_casts(float32_islands(out, var_dtypes, policy.target_dtype,
-                                            lists.storage_ops(policy.target_dtype, device_type)))
+        keeps = lists.storage_ops(policy.target_dtype, device_type)
+        out = library_casts(float32_islands(out, var_dtypes, policy.target_dtype, lambda op: op not in keeps))
+    else:  # MXNet's ops whose bfloat16 kernels are slower than float32 between casts (lists.float32_island_ops)
+        slow = policy.float32_islands(device_type)
+        if slow:  # MXNet's own casts there: its oneDNN casts are fast on these CPUs (library_casts is class (a)'s)
+            out = float32_islands(out, var_dtypes, policy.target_dtype, slow.__contains__)
     if not inference and policy.fanout_copies(device_type):
         out = fanout_copies(out, var_dtypes, policy.target_dtype)
     return out, rewrite.build.stats

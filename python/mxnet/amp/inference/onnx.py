@@ -30,7 +30,7 @@ import numpy as np
 from ..base.dtypes import TYPE_CODES, dtype_name
 from ..base.files import atomic_output
 from ..graph.infer import infer_entry_dtypes
-from ..graph.symbol_json import CAST_OPS, assemble, drop_rounding, num_outputs
+from ..graph.symbol_json import CAST_OPS, assemble, compact, drop_rounding, num_outputs
 from .blocks import block_graph
 from .onnx_converters import register_converters
 
@@ -112,7 +112,8 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
               "amp_selfatt_valatt": "_contrib_interleaved_matmul_selfatt_valatt",
               "amp_encdec_qk": "_contrib_interleaved_matmul_encdec_qk",
               "amp_encdec_valatt": "_contrib_interleaved_matmul_encdec_valatt",
-              "amp_layer_norm": "LayerNorm", "amp_softmax": "softmax", "amp_log_softmax": "log_softmax"}
+              "amp_layer_norm": "LayerNorm", "amp_softmax": "softmax", "amp_log_softmax": "log_softmax",
+              "amp_batch_norm": "BatchNorm", "amp_concat": "Concat"}
 
 
 def _mxnet_kernels(gdict, var_dtypes):
@@ -120,11 +121,10 @@ def _mxnet_kernels(gdict, var_dtypes):
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
     float32: the same values, unrounded. A folded scale (``alpha``) becomes a ``_mul_scalar`` after the op, a fused
     residual sum (``with_sum``) an ``elemwise_add``, float32 parameters (``param_dtype``) casts to the data's dtype,
-    and a fused ``act_type`` an ``Activation`` (GELU:
-    ``LeakyReLU``) after that, all in float32 and the result cast to the op's output dtype, as the kernel rounds
-    once. LayerNorm and softmax kernels with a ``dtype``
-    (float32 statistics, output in that dtype) become MXNet's op on their data cast to float32, cast to
-    ``dtype`` after."""
+    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``; ReLU6: ``clip``) after that, all in float32 and the
+    result cast to the op's output dtype, as the kernel rounds once. ``amp_batch_norm`` becomes ``BatchNorm`` without
+    its mode flag, on its data cast to float32. LayerNorm and softmax kernels with a ``dtype`` (float32 statistics,
+    output in that dtype) become MXNet's op on their data cast to float32, cast to ``dtype`` after."""
     counts = num_outputs(gdict)
     dtypes = infer_entry_dtypes(gdict, var_dtypes)
     nodes, new_counts, remap = [], [], {}
@@ -147,6 +147,9 @@ def _mxnet_kernels(gdict, var_dtypes):
         addend = inputs.pop() if attrs.pop("with_sum", "False") in ("True", "true", "1") else None
         out_dtype = attrs.pop("dtype", "None")
         data_dtype = dtypes.get(tuple(node["inputs"][0][:2])) if node["inputs"] else None
+        if node["op"] == "amp_batch_norm":  # no mode flag; float32 data, the output cast back to the data's dtype
+            inputs = inputs[:5]
+            out_dtype = data_dtype if data_dtype not in (None, "float32") else out_dtype
         if attrs.pop("param_dtype", None) is not None and data_dtype not in (None, "float32"):
             # float32 parameters the kernel rounds to the data's dtype: the same rounding as a cast
             inputs = inputs[:1] + [add({"op": "amp_cast", "name": "%s_in%d_%s" % (node["name"], k, data_dtype),
@@ -168,14 +171,28 @@ def _mxnet_kernels(gdict, var_dtypes):
                 addend = add({"op": "amp_cast", "name": node["name"] + "_addend_float32",
                               "attrs": {"dtype": "float32"}}, [addend])
             out = add({"op": "elemwise_add", "name": node["name"] + "_sum", "attrs": {}}, [out, addend])
-        if act is not None:  # MXNet's GELU is LeakyReLU's
+        if act == "relu6":  # MobileNets' ReLU6: a clip to [0, 6]
+            out = add({"op": "clip", "name": node["name"] + "_relu6", "attrs": {"a_min": "0", "a_max": "6"}}, [out])
+        elif act is not None:  # MXNet's GELU is LeakyReLU's
             out = add({"op": "LeakyReLU" if act == "gelu" else "Activation", "name": node["name"] + "_" + act,
                        "attrs": {"act_type": act}}, [out])
         if out_dtype not in ("None", "float32"):
             out = add({"op": "amp_cast", "name": node["name"] + "_" + out_dtype, "attrs": {"dtype": out_dtype}},
                       [out])
         remap[(nid, 0)] = out
-    return assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
+    out = assemble(gdict, nodes, new_counts, [remap[(h[0], h[1])] for h in gdict["heads"]])
+    return compact(out, _unread(out), {})  # amp_batch_norm's mode flag, no longer read
+
+
+def _unread(gdict):
+    """The nodes of ``gdict`` that no head depends on."""
+    read, todo = set(), [h[0] for h in gdict["heads"]]
+    while todo:
+        nid = todo.pop()
+        if nid not in read:
+            read.add(nid)
+            todo.extend(src for src, _, _ in gdict["nodes"][nid]["inputs"])
+    return set(range(len(gdict["nodes"]))) - read
 
 
 def _post_process(path):

@@ -54,8 +54,10 @@ def _cast_each(node, kwargs, dtypes):
     from onnx.helper import make_node
     from mxnet.onnx.mx2onnx._op_translations._op_translations_opset12 import get_inputs
     name, inputs, _ = get_inputs(node, kwargs)
-    nodes = [make_node("Cast", [src], ["%s%d" % (name, i)], to=_onnx_type(dtype), name="%s%d" % (name, i))
-             for i, (src, dtype) in enumerate(zip(inputs, dtypes))]
+    # one output is named as MXNet names a one-output node's (the exporter finds a graph output by that name)
+    outs = [name] if len(inputs) == 1 else ["%s%d" % (name, i) for i in range(len(inputs))]
+    nodes = [make_node("Cast", [src], [out], to=_onnx_type(dtype), name=out)
+             for src, dtype, out in zip(inputs, dtypes, outs)]
     return nodes, tuple(_np_dtype(d) for d in dtypes)
 
 

@@ -37,7 +37,7 @@ NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.EL
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
            g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
-           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE)
+           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -196,6 +196,18 @@ TRANSPOSE_SWAPS = {"cpu": {"transpose": "SwapAxis"}, "gpu": {}}
 NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm", "Dropout": "amp_dropout", "_npx_dropout": "amp_dropout"},
                    "gpu": {}}
 
+# The NEUTRAL_KERNELS that inference graphs use too. A BatchNorm that conversion cannot fold into a convolution before
+# it (DenseNet's after each concatenation, a pre-activation ResNet's) ran as a float32 island: two casts and MXNet's
+# float32 kernel, its ReLU after it on bfloat16. amp_batch_norm reads and writes bfloat16 with the ReLU fused: one pass.
+INFERENCE_NEUTRAL_KERNELS = ("amp_batch_norm",)
+
+# Dtype-neutral or widest-type op -> the library kernel that runs it in inference graphs where the device runs bfloat16
+# natively and every input is bfloat16 (same attributes). MXNet 1.9.1's bfloat16 Concat of the library's plain-layout
+# outputs took 0.46 ms a call in SqueezeNet 1.1 at batch 1, against 0.07 ms for its float32 Concat of oneDNN's blocked
+# layouts: SqueezeNet ran 0.96x float32 (AMD EPYC, class (c), 2026-12-07). amp_concat copies rows. (Training graphs keep
+# MXNet's Concat, whose backward keeps no input alive.)
+INFERENCE_KERNELS = {"cpu": {"Concat": "amp_concat", "concat": "amp_concat"}, "gpu": {}}
+
 # Per device type: whether training graphs read a low precision tensor read more than once through copies from the
 # library's amp_fanout, one per reader (graph.postops.fanout_copies), whose backward adds the readers' gradients in
 # float32 and rounds once. MXNet sums them with add_n, which has no bfloat16 kernel on CPUs: on classes (c) and (d)
@@ -205,6 +217,16 @@ NEUTRAL_KERNELS = {"cpu": {"BatchNorm": "amp_batch_norm", "Dropout": "amp_dropou
 # 0.282-0.292 -> 0.263-0.271 s, its peak 640 -> 631 MB with bfloat16 weights; ResNet-18's step 0.101-0.111 ->
 # 0.096-0.104 s.
 FANOUT_COPIES = {"cpu": True, "gpu": False}
+
+# Dtype-flowing ops that the op-speed evidence (op_speed_bf16_cpu.json, bench/bench_op_speed.py) does not time,
+# because a float32 island around them makes no sense: subgraph containers (their own ops are planned), casts,
+# optimizer updates (they write their inputs in place), ops that create or sample arrays (they read shapes, not
+# values), unprefixed backward ops and CUDA fusion. Every other dtype-neutral, widest-type or conditional op
+# receives bfloat16 natively only where that table measured its bfloat16 kernel no slower than its float32 kernel
+# between two casts; elsewhere it runs in float32 between casts (graph.postops.float32_islands). MXNet 1.9.1's
+# generic bfloat16 element-wise kernels are 3-10x slower than its float32 ones (clip 3.3x, elemwise_add 6.4x, mean
+# 9.6x on 16x96x112x112, AMD EPYC class (c), 2026-12-07).
+SPEED_UNTIMED = g.CONTAINERS + g.CASTS + g.IN_PLACE + g.CREATION + g.UNPREFIXED_BACKWARD + g.GPU_FUSION
 
 # Float32-list op -> the library kernel that runs it on target-dtype data with float32 statistics, per device type:
 # "float32-statistics kernels", used in training and inference graphs alike where the device runs bfloat16 natively,
@@ -254,6 +276,9 @@ REASONS = g.REASONS + (
      "this project's Dropout (libmxnet_amp): runs in its data's dtype (float32 or bfloat16) and reads the graph's "
      "mode; the rewriter puts it in place of Dropout in training graphs where the CPU runs bfloat16 natively "
      "(NEUTRAL_KERNELS)"),
+    (g.PROJECT_COPY,
+     "this project's concatenation (libmxnet_amp): row copies in the data's dtype (float32 or bfloat16); the rewriter "
+     "puts it in place of Concat in inference graphs where the CPU runs bfloat16 natively (INFERENCE_KERNELS)"),
     (g.PROJECT_STORAGE,
      "this project's max pooling and fan-out copies (libmxnet_amp): run in their data's dtype (float32 or bfloat16); "
      "the rewriter puts them in training graphs storing bfloat16 on float32 arithmetic (STORAGE_KERNELS, "

@@ -1,6 +1,7 @@
-"""The evidence behind the lists: the bfloat16 value probe per AVX-512 CPU and on a CPU without AVX-512, and the
-per-op timings behind each CPU class's plan (JSON files beside this module, written by ``tools/probe_bf16.py`` and
-``bench/bench_plan.py``).
+"""The evidence behind the lists: the bfloat16 value probe per AVX-512 CPU and on a CPU without AVX-512, the
+per-op timings behind each CPU class's plan, and the speed of MXNet's bfloat16 kernels against float32 islands (JSON
+files beside this module, written by ``tools/probe_bf16.py``, ``bench/bench_plan.py`` and
+``bench/bench_op_speed.py``).
 """
 import functools
 import importlib
@@ -8,11 +9,13 @@ import json
 import os
 from typing import Any, FrozenSet, Mapping, Optional, Tuple
 
+from ..base.op_names import ALL_OPS
 from .groups import GPU_BUILD_ONLY
 from .tables import dtype_table, native_lp16_ops, normalize_dtype
 
 __all__ = ["natively_fed_ops", "BAD_VERDICTS", "native_evidence", "storage_evidence", "storage_ops", "storage_kernel",
-           "cpu_op_evidence", "cpu_class_plan"]
+           "cpu_op_evidence", "cpu_class_plan", "SPEED_MARGIN", "SPEED_VERDICTS", "op_speed_evidence",
+           "speed_timed_ops", "op_speed_table", "float32_island_ops"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -150,3 +153,88 @@ def cpu_class_plan(dtype: Any, class_name: str, training: bool = False) -> Tuple
         raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, plans))))
     training_plans = dtype_table(dtype).cpu_class_training_plans if training else {}
     return training_plans.get(class_name, plans[class_name])
+
+
+#: How much slower than a float32 island an op's bfloat16 kernel must be to get one: an island adds two casts to the
+#: graph, and ops within 10% of it (Concat, copies) flip between runs of the bench on a quiet machine.
+SPEED_MARGIN = 1.1
+
+#: Verdicts of the op-speed table, per op: what the plan runs it in where bfloat16 reaches it natively.
+SPEED_VERDICTS = {"bfloat16": "its bfloat16 kernel was at most SPEED_MARGIN times as slow as its float32 kernel "
+                              "between two casts",
+                  "float32": "its bfloat16 kernel was over SPEED_MARGIN times as slow as its float32 kernel between "
+                             "two casts: a float32 island",
+                  "untimed": "no call could be timed (its float32 or bfloat16 call failed at the bench's shapes): a "
+                             "float32 island, since nothing shows bfloat16 is not slower"}
+
+
+@functools.lru_cache(maxsize=None)
+def op_speed_evidence() -> dict:
+    """Return the recorded speed of MXNet's bfloat16 kernels per CPU class (``op_speed_bf16_cpu.json``).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "about": ..., "classes": {name: None or {"date", "cpu",
+        "commit", "command", "shape", "ops": {op: {"aliases", "float32_ms", "bfloat16_ms", "island_ms", "verdict"}
+        or {"aliases", "verdict": "untimed", "why"}}}}}``: per CPU class of :mod:`mxnet.amp.core.cpu`, each op of
+        :func:`speed_timed_ops` (one row per alias group, named by its first name) timed in float32, in bfloat16 and
+        in float32 between casts from and to bfloat16 (``bench/bench_op_speed.py --record``).
+    """
+    with open(os.path.join(_HERE, "op_speed_bf16_cpu.json")) as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def speed_timed_ops(dtype: Any, device_type: str) -> FrozenSet[str]:
+    """Return the ops whose speed on ``dtype`` data the op-speed table must show: those that receive ``dtype`` when
+    a graph runs natively (:func:`natively_fed_ops`) less the low precision ops with native kernels (the library's
+    kernels replace them; ``cpu_op_evidence.json`` times those), the library's own ops and the dtype module's
+    ``SPEED_UNTIMED``. Empty for
+    float16 and for GPUs (no table there)."""
+    if normalize_dtype(dtype) != "bfloat16" or device_type != "cpu":
+        return frozenset()
+    table = dtype_table(dtype)
+    fed = natively_fed_ops(dtype, device_type) - native_lp16_ops(dtype, device_type) - table.speed_untimed
+    return fed - frozenset(ALL_OPS)  # the library's kernels: its own benches time them
+
+
+def op_speed_table(class_name: str) -> Tuple[Optional[str], Mapping[str, dict]]:
+    """Return ``(measured class, {op: row})``: the op-speed rows that hold on CPU class ``class_name``, every alias
+    of a row's op included; the class's own, else those of the nearest class below it that was measured, else
+    those of the nearest above (MXNet's generic kernels are the same code on classes (c) and (d)); ``(None, {})``
+    where no class was measured.
+
+    Raises
+    ------
+    ValueError
+        For an unknown CPU class.
+    """
+    classes = op_speed_evidence()["classes"]
+    if class_name not in classes:
+        raise ValueError("Unknown CPU class %r: expected one of %s" % (class_name, ", ".join(map(repr, classes))))
+    order = sorted(classes)
+    here = order.index(class_name)
+    for name in order[here::-1] + order[here + 1:]:
+        if classes[name]:
+            rows = {}
+            for op, row in classes[name]["ops"].items():
+                rows.update(dict.fromkeys([op] + row.get("aliases", []), row))
+            return name, rows
+    return None, {}
+
+
+@functools.lru_cache(maxsize=None)
+def float32_island_ops(dtype: Any, class_name: str) -> FrozenSet[str]:
+    """Return the ops that run in float32 between casts where ``dtype`` reaches them natively on CPU class
+    ``class_name``: those of :func:`speed_timed_ops` whose row in :func:`op_speed_table` says ``float32`` or
+    ``untimed``, or that have none (nothing shows their bfloat16 kernel is not slower).
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype or CPU class.
+    """
+    timed = speed_timed_ops(dtype, "cpu")
+    _, rows = op_speed_table(class_name)
+    return frozenset(op for op in timed if rows.get(op, {}).get("verdict") != "bfloat16")

@@ -25,7 +25,7 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED + g.ONEDNN_FUSE
         g.KL_SPARSITY_REGULARIZER + g.LOSSES + g.FP16_RANGE + g.EXP_LOG_POW + g.TRANSCENDENTAL +
         g.REDUCTIONS + g.SORT + g.FP32_INDEX_KERNELS + g.CROP + g.RANDOM_DENSITY + g.CUSTOM +
         g.QUANTIZE + g.QUANTIZED + g.DETECTION + g.SPATIAL_SAMPLING + g.NUMPY_HYPOT + g.AROUND +
-        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE)
+        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY)
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE +
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
@@ -64,9 +64,15 @@ NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
 # Library kernels of dtype-neutral ops in training graphs (see bfloat16.NEUTRAL_KERNELS): none for float16,
 # which runs natively on GPUs only.
 NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
+INFERENCE_NEUTRAL_KERNELS = ()
+INFERENCE_KERNELS = {"cpu": {}, "gpu": {}}
 
 # Fan-out copies in training graphs (see bfloat16.FANOUT_COPIES): none for float16, whose add_n runs natively on GPUs.
 FANOUT_COPIES = {"cpu": False, "gpu": False}
+
+# Ops the op-speed evidence does not time (see bfloat16.SPEED_UNTIMED): float16 has no such evidence; its CPU
+# graphs are emulated.
+SPEED_UNTIMED = ()
 
 # Library kernels of float32-list ops on low precision data (see bfloat16.STATS_KERNELS): none for float16.
 STATS_KERNELS = {"cpu": {}, "gpu": {}}
@@ -109,6 +115,8 @@ REASONS = g.REASONS + (
                         "fp32"),
     (g.PROJECT_STORAGE, "this project's max pooling and fan-out copies (libmxnet_amp): float32 or bfloat16 data only, "
                         "no float16 kernel: fp32"),
+    (g.PROJECT_COPY, "this project's concatenation (libmxnet_amp): float32 or bfloat16 data only, no float16 kernel: "
+                     "fp32"),
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),
     (g.BLAS_MATMUL, "matmul-like: cuBLAS/tensor-core GEMM in fp16 with fp32 accumulation"),
     (g.ATTENTION_GEMM, "attention GEMM (cuBLAS strided batched GEMM) in fp16"),

@@ -453,6 +453,7 @@ PROJECT_LAYER_NORM = op_names.LAYER_NORM_OPS
 PROJECT_SOFTMAX = op_names.SOFTMAX_OPS
 PROJECT_DROPOUT = op_names.DROPOUT_OPS
 PROJECT_STORAGE = op_names.STORAGE_OPS
+PROJECT_COPY = op_names.COPY_OPS
 
 # -------------------- domain-specific -------------------------------------------------------------
 

@@ -16,9 +16,10 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "neutral_kernels", "fanout_copies", "stats_kernels",
-           "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes", "is_library_kernel",
-           "commutes_with_rounding"]
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "inference_kernels",
+           "fanout_copies",
+           "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes",
+           "is_library_kernel", "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -113,6 +114,8 @@ class DtypeTable:
         self.emulation_kernels = _per_device_maps(module.EMULATION_KERNELS)
         self.native_substitutes = _per_device_maps(module.NATIVE_SUBSTITUTES)
         self.neutral_kernels = _per_device_maps(module.NEUTRAL_KERNELS)
+        self.inference_neutral_kernels = frozenset(module.INFERENCE_NEUTRAL_KERNELS)
+        self.inference_kernels = _per_device_maps(module.INFERENCE_KERNELS)
         self.fanout_copies = MappingProxyType(dict(module.FANOUT_COPIES))
         self.stats_kernels = _per_device_maps(module.STATS_KERNELS)
         self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
@@ -121,6 +124,7 @@ class DtypeTable:
         self.cpu_class_plans = MappingProxyType(dict(module.CPU_CLASS_PLANS))
         self.cpu_class_training_plans = MappingProxyType(dict(module.CPU_CLASS_TRAINING_PLANS))
         self.storage_moves = MappingProxyType({dev: frozenset(ops) for dev, ops in module.STORAGE_MOVES.items()})
+        self.speed_untimed = frozenset(module.SPEED_UNTIMED)
 
 
 _TABLES = {}
@@ -377,16 +381,20 @@ def transpose_swaps(dtype: Any, device_type: str) -> Mapping[str, str]:
     return _for_device(dtype_table(dtype).transpose_swaps, device_type)
 
 
-def neutral_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
+def neutral_kernels(dtype: Any, device_type: str, inference: bool = False) -> Mapping[str, str]:
     """Return ``{op: library op}``: dtype-neutral ops that run on a library kernel on low precision data in
-    training graphs, where ``device_type`` runs ``dtype`` natively (``BatchNorm`` -> ``amp_batch_norm`` on CPUs).
+    training graphs (``inference``: in inference graphs), where ``device_type`` runs ``dtype`` natively
+    (``BatchNorm`` -> ``amp_batch_norm`` on CPUs). ValueError for an unknown dtype or device type."""
+    table = dtype_table(dtype)
+    kernels = _for_device(table.neutral_kernels, device_type)
+    return {op: k for op, k in kernels.items() if k in table.inference_neutral_kernels} if inference else kernels
 
-    Raises
-    ------
-    ValueError
-        For an unknown dtype or device type.
-    """
-    return _for_device(dtype_table(dtype).neutral_kernels, device_type)
+
+def inference_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
+    """Return ``{op: library op}``: dtype-neutral and widest-type ops that run on a library kernel (same attributes)
+    in inference graphs where ``device_type`` runs ``dtype`` natively and every input is ``dtype`` (``Concat`` ->
+    ``amp_concat`` on CPUs). ValueError for an unknown dtype or device type."""
+    return _for_device(dtype_table(dtype).inference_kernels, device_type)
 
 
 def fanout_copies(dtype: Any, device_type: str) -> bool:

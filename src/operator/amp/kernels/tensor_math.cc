@@ -45,6 +45,32 @@ void convert_into(void* dst, int dst_dtype, const void* src, int src_dtype, int6
   });
 }
 
+void concat_rows(void* whole, void* const* parts, const int64_t* row_bytes, int n_parts, int64_t rows, bool split,
+                 int threads) {
+  constexpr int64_t kPiece = 64 << 10;  // a long row is copied in pieces, so that few rows still use every thread
+  std::vector<int64_t> offset(n_parts + 1, 0), pieces(n_parts + 1, 0);
+  for (int i = 0; i < n_parts; ++i) {
+    offset[i + 1] = offset[i] + row_bytes[i];
+    pieces[i + 1] = pieces[i] + std::max<int64_t>(1, (row_bytes[i] + kPiece - 1) / kPiece);
+  }
+  const int64_t per_row = pieces[n_parts], tasks = rows * per_row;
+  char* w = static_cast<char*>(whole);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t r = t / per_row, k = t % per_row;
+    const int i = static_cast<int>(std::upper_bound(pieces.begin(), pieces.end(), k) - pieces.begin()) - 1;
+    const int64_t begin = (k - pieces[i]) * kPiece, bytes = std::min(kPiece, row_bytes[i] - begin);
+    if (bytes <= 0) continue;
+    char* part = static_cast<char*>(parts[i]) + r * row_bytes[i] + begin;
+    char* at = w + r * offset[n_parts] + offset[i] + begin;
+    if (split) {
+      std::memcpy(part, at, bytes);
+    } else {
+      std::memcpy(at, part, bytes);
+    }
+  }
+}
+
 void sum_arrays(void* dst, int dst_dtype, const void* const* srcs, int n_srcs, int src_dtype, int64_t n,
                 int threads) {
   constexpr int64_t kBlock = 4096;  // a block's float32 sums stay in L1 while each source is added

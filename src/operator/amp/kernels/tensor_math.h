@@ -52,6 +52,14 @@ void column_sums(void* dst, int dst_dtype, const void* src, int src_dtype, int64
 void sum_arrays(void* dst, int dst_dtype, const void* const* srcs, int n_srcs, int src_dtype, int64_t n,
                 int threads);
 
+/*!
+ * \brief A concatenation along one axis of row-major arrays, each seen as (rows, row_bytes[i]) bytes: row r of whole
+ *        is row r of parts[0], then of parts[1], ... (whole holds rows x sum(row_bytes) bytes). With split, the
+ *        reverse: whole's rows are copied out into the parts (a concatenation's gradient). Any dtype.
+ */
+void concat_rows(void* whole, void* const* parts, const int64_t* row_bytes, int n_parts, int64_t rows, bool split,
+                 int threads);
+
 /*! \brief Sets the n elements of dst to 0. */
 void zero_fill(void* dst, int dtype, int64_t n, int threads);
 
