@@ -22,7 +22,7 @@ from mxnet.amp.graph.rewrite import rewrite_graph, rewrite_symbol
 from mxnet.amp.graph.symbol_json import CAST_OPS, to_graph
 from mxnet.amp.inference.convert import convert
 
-from amp_testing import cpuinfo_of_class
+from amp_testing import bf16_round, cpuinfo_of_class, requires_native_plan
 
 MEASURED = sorted(name for name, table in lists.op_speed_evidence()["classes"].items() if table)
 
@@ -192,3 +192,41 @@ def test_islands_come_after_the_fusions(class_c):
             pytest.skip("the library's convolution is not routed here (oneDNN 3 unavailable)")
         assert ("clip" not in ops) == fused, ops
         assert natively_slow(out, dtypes) == []
+
+
+@requires_native_plan
+def test_amp_init_runs_slow_ops_imperatively_in_float32_between_casts(monkeypatch):
+    """Under amp.init, a front-end call of an op the table marks slow on bfloat16 arrays (clip: dtype-neutral;
+    broadcast_add: widest-type) runs in float32 between casts and returns bfloat16 with the values of the rounded
+    float32 result; an op the table marks fast (Activation) keeps its bfloat16 kernel, and mixed inputs keep the
+    widest type (float32)."""
+    from mxnet import amp
+    from mxnet.amp.core.policy import Policy
+    islanded = []
+    real = Policy.imperative_in_float32
+
+    def spy(self, op, device_type):
+        if real(self, op, device_type):
+            islanded.append(op)
+            return True
+        return False
+    monkeypatch.setattr(Policy, "imperative_in_float32", spy)
+    rng = np.random.RandomState(0)
+    x32, b32 = mx.nd.array(rng.uniform(-8, 8, (2, 3, 4))), mx.nd.array(rng.uniform(-1, 1, (1, 3, 1)))
+    amp.init("bfloat16")
+    try:
+        assert {"clip", "broadcast_add"} <= lists.float32_island_ops("bfloat16", cpu.cpu_class().name)
+        x, b = (mx.nd.amp_cast(a, dtype=mx_dtype("bfloat16")) for a in (x32, b32))
+        rx, rb = (mx.nd.amp_cast(a, dtype="float32").asnumpy() for a in (x, b))
+        clipped = mx.nd.clip(x, 0, 5)
+        summed = mx.nd.broadcast_add(x, b)
+        mixed = mx.nd.broadcast_add(x, b32)
+        act = mx.nd.Activation(x, act_type="relu")
+    finally:
+        amp.reset()
+    groups = {op: g for g in lists.alias_groups() for op in g}  # the front ends name an op by any of its aliases
+    assert {tuple(sorted(set(groups[op]) & {"clip", "broadcast_add"})) for op in islanded} == {("clip",),
+                                                                                               ("broadcast_add",)}
+    assert clipped.dtype == summed.dtype == act.dtype == mx_dtype("bfloat16") and mixed.dtype == np.float32
+    np.testing.assert_array_equal(mx.nd.amp_cast(clipped, dtype="float32").asnumpy(), np.clip(rx, 0, 5))
+    np.testing.assert_array_equal(mx.nd.amp_cast(summed, dtype="float32").asnumpy(), bf16_round(rx + rb))

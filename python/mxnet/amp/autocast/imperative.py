@@ -61,11 +61,11 @@ def _frontend_ops():
 
 def patch_frontends(policy: Policy) -> None:
     """Wrap the front-end function of every operator that ``policy`` may cast (through :data:`PATCHES`)."""
-    wrappers = {}
+    wrappers, islands = {}, policy.float32_islands("cpu")
     for module, attr, func, op in _frontend_ops():
         action = None if policy.is_conditional(op) else policy.action(op)
         if action == NEUTRAL and not any(op in lists.float32_kernels(policy.target_dtype, dev)
-                                         for dev in ("cpu", "gpu")):
+                                         for dev in ("cpu", "gpu")) and op not in islands:
             continue
         if func not in wrappers:
             wrappers[func] = _wrap_op(func, op, action)
@@ -196,7 +196,10 @@ def _wrap_op(func, op, action):
         if not arrays:
             return func(*args, **kwargs)
         act = action or policy.action(op, _attributes(signature, args, kwargs))
-        if act == NEUTRAL:  # an op of lists.float32_kernels: float32 between casts where its kernel is slow
+        if act == NEUTRAL or (act == WIDEST and all(_dtype_name(x) == policy.target_dtype for x in arrays
+                                                     if _dtype_name(x) in FLOAT_RANK)
+                              and policy.imperative_in_float32(op, arrays[0].context.device_type)):
+            # float32 between casts where its low precision kernel is slow (Policy.imperative_in_float32)
             return _neutral_in_float32(policy, op, func, arrays, args, kwargs)
         convert = _converter(policy, op, act, arrays)
         if convert is None:
@@ -225,10 +228,11 @@ def _wrap_op(func, op, action):
 
 
 def _neutral_in_float32(policy, op, func, arrays, args, kwargs):
-    """Run dtype-neutral ``func`` on float32 copies of its low precision inputs and cast its first output back,
-    where ``policy.neutral_in_float32`` says so (as the graph rewriter does); otherwise just run it."""
+    """Run dtype-neutral (or widest-type, on target-dtype inputs only) ``func`` on float32 copies of its low precision
+    inputs and cast its first output back, where ``policy.imperative_in_float32`` says so (as the graph rewriter
+    does); otherwise just run it."""
     target = policy.target_dtype
-    if (kwargs.get("out") is not None or not policy.neutral_in_float32(op, arrays[0].context.device_type)
+    if (kwargs.get("out") is not None or not policy.imperative_in_float32(op, arrays[0].context.device_type)
             or not any(_dtype_name(x) == target for x in arrays)):
         return func(*args, **kwargs)
     args, kwargs = _map_arrays(lambda x: _to_dtype(x, "float32") if _dtype_name(x) == target else x, args, kwargs)

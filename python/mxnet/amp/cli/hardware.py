@@ -94,6 +94,11 @@ def format_report(dtypes=lists.DTYPES):
                 if routed:
                     lines += _wrap("of which on this project's oneDNN 3 kernels (%s)" % _onednn_info(), routed)
                 lines += _wrap("low precision ops in float32 here (no %s kernel)" % dtype, modes[FLOAT32])
+                islands = policy.float32_islands(device)
+                if islands:
+                    measured = lists.op_speed_table(cpu.cpu_class().name)[0]
+                    lines += _wrap("dtype-neutral ops in float32 between casts (their %s kernels measured slower; "
+                                   "op-speed table of class (%s))" % (dtype, measured), islands)
             else:
                 lines.append("    every low precision op is emulated (%d)" % len(modes[EMULATED]))
                 routed = ["%s -> %s" % (op, policy.emulation_kernel(op, device)) for op in modes[EMULATED]

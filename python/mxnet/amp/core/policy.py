@@ -298,6 +298,12 @@ class Policy:
             return frozenset()
         return lists.float32_island_ops(self.target_dtype, cpu.cpu_class().name)
 
+    def imperative_in_float32(self, op: str, device_type: str) -> bool:
+        """Whether a front-end call of dtype-neutral or widest-type ``op`` on target-dtype arrays runs in float32
+        between casts on ``device_type`` under ``amp.init`` (the imperative path has no fusions to wait for): where
+        :meth:`neutral_in_float32` says so, or the op is one of :meth:`float32_islands`."""
+        return self.neutral_in_float32(op, device_type) or op in self.float32_islands(device_type)
+
     def emulation_kernel(self, op: str, device_type: str) -> Optional[str]:
         """The op of this project's library that runs emulated op ``op`` on ``device_type`` (float32 on
         rounded values: ``lists.emulation_kernels``, where MXNet's kernel fails on them), or None.

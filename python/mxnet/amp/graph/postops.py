@@ -4,7 +4,7 @@ is read (in training graphs: the graph's outputs), and in inference graphs GELUs
 post-ops."""
 import functools
 import itertools
-from typing import Any, Callable, FrozenSet, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from ..core.policy import NEUTRAL, Policy
 from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
