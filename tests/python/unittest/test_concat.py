@@ -75,7 +75,8 @@ def test_inference_graphs_concatenate_bfloat16_on_the_library_kernel(tmp_path, m
     """On a CPU running bfloat16 natively (class (c), mocked), an inference graph's Concat of bfloat16 inputs runs
     on amp_concat; a Concat reading float32 (the model's input among its inputs), a training graph, emulation and
     kernels="mxnet" keep MXNet's."""
-    monkeypatch.delenv("MXNET_AMP_EMULATE", raising=False)
+    for env in ("MXNET_AMP_EMULATE", cpu.CLASS_ENV) + cpu.ISA_CAP_ENVS:  # the stand-ins' caps: no kernel runs here
+        monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, "c"))
     sym, a, b = _graph()
     low_inputs = mx.sym.Concat(a, b, dim=1, name="cat")
