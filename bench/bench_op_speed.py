@@ -14,8 +14,9 @@ in one process, best of ``--repeat`` (fewer rounds where the three calls take ov
 
 The verdict is ``bfloat16`` where the bfloat16 call took at most ``mxnet.amp.lists.SPEED_MARGIN`` (1.1) times as long
 as the island, else ``float32``; ``untimed`` where a call failed. The ops run in child processes of ``--batch`` ops
-each, so that a kernel that kills its process marks only its ops (they are then run one per child). PyTorch rows (clip, relu, add, sigmoid, mul and mean in float32
-and bfloat16 on the same shape) follow where torch imports, or from ``--torch-python``'s interpreter.
+each, so that a kernel that kills its process marks only its ops (they are then run one per child). PyTorch rows
+(clip, relu, add, sigmoid, mul and mean in float32 and bfloat16 on the same shape) follow where torch imports, or
+from ``--torch-python``'s interpreter.
 
 ``--record`` writes the rows of this CPU's class into ``python/mxnet/amp/lists/op_speed_bf16_cpu.json``.
 

@@ -1,8 +1,9 @@
 """One training step: fp32 vs mxnet.contrib.amp bf16 vs mxnet.amp bf16, for a vision model or a BERT-style encoder.
 
 ``--model resnet18`` (the default), ``mobilenet_v2`` or ``densenet121``: the Gluon model-zoo model (10 classes) at
-``--batch`` x 3 x ``--size`` x ``--size`` (32x3x64x64), SGD with momentum; PyTorch runs torchvision's. ``--model encoder``: 4 post-LN encoder layers of 768 units, 12 heads, 3072 hidden units, 128
-tokens, a 2-class head, AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
+``--batch`` x 3 x ``--size`` x ``--size`` (32x3x64x64), SGD with momentum; PyTorch runs torchvision's.
+``--model encoder``: 4 post-LN encoder layers of 768 units, 12 heads, 3072 hidden units, 128 tokens, a 2-class head,
+AdamW (this package's ``adamw``, in every configuration); ``--batch`` sequences (use 8).
 
 Each configuration runs in its own child process (contrib's ``init`` cannot be undone); the configurations
 alternate and repeat, and the table shows the median step time and its ratio to the same framework's fp32

@@ -320,7 +320,7 @@ def test_batchnorm_runs_in_float32_between_casts_where_bf16_is_native(monkeypatc
     monkeypatch.setenv("MXNET_AMP_EMULATE", "0")
     assert lists.float32_kernels("bfloat16", "cpu") >= {"BatchNorm", "_npx_batch_norm"}
     assert not lists.float32_kernels("float16", "cpu") and not lists.float32_kernels("bfloat16", "gpu")
-    # (kernels="auto" runs it on the library's amp_batch_norm in bfloat16 instead: tests/python/unittest/test_batch_norm.py)
+    # (kernels="auto" runs it on the library's amp_batch_norm in bfloat16 instead: test_batch_norm.py)
     low, _ = rewrite_symbol(_bn_graph(), make_policy("bfloat16", emulate=emulate, kernels="mxnet"), "cpu",
                             inference=True)
     g = json.loads(low.tojson(remove_amp_cast=False))

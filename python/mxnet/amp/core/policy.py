@@ -242,8 +242,9 @@ class Policy:
                        inference: bool = False) -> Optional[str]:
         """The library op that runs ``op`` in its data's dtype in a training graph on ``device_type``, told the
         graph's mode (``lists.neutral_kernels``: ``BatchNorm`` -> ``amp_batch_norm``, ``Dropout`` ->
-        ``amp_dropout``), or in an inference graph those of them it uses too (``amp_batch_norm``), where the graph runs natively there and ``kernels="auto"``, or None; never for an op (or
-        node ``name``) the user keeps in float32 (``extra_fp32_ops``, ``fp32_ops``, ``excluded_sym_names``)."""
+        ``amp_dropout``), or in an inference graph those of them it uses too (``amp_batch_norm``), where the graph
+        runs natively there and ``kernels="auto"``, or None; never for an op (or node ``name``) the user keeps in
+        float32 (``extra_fp32_ops``, ``fp32_ops``, ``excluded_sym_names``)."""
         if (not self._runs_native(device_type) or self.kernels != "auto" or op in self.extra_fp32_ops
                 or op in (self.fp32_ops or ()) or name in self.excluded_sym_names):
             return None

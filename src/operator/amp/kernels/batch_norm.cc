@@ -79,8 +79,8 @@ void cpu_batch_norm_backward(const BatchNormBackward& a) {
 #pragma omp parallel for schedule(static) num_threads(a.threads)
   for (int64_t c = 0; c < s.channels; ++c) {
     const double mean = a.saved_mean[c], invstd = a.saved_invstd[c];
-    // The gradient reaching the normalisation: dy, where a fused ReLU's output is inside (0, relu_max) (else 0). It is also
-    // the addend's gradient: written there, or else into dx, which the last pass then overwrites in place.
+    // The gradient reaching the normalisation: dy, where a fused ReLU's output is inside (0, relu_max) (else 0). It is
+    // also the addend's gradient: written there, or else into dx, which the last pass then overwrites in place.
     const void* dy = a.dy;
     if (a.relu || a.daddend != nullptr) {
       void* g = a.daddend != nullptr ? a.daddend : a.dx;

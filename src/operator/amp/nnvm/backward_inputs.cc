@@ -32,13 +32,12 @@ namespace {
 /*!
  * \brief A forward tensor an op's backward kernel never reads (src/operator/amp/ops/: the *_backward functions).
  *        input >= 0: forward input `input`, kLast: the last one; else forward output `output`. Unless the node's
- *        attribute `unless_attr` has the value `unless_value` (nullptr: any value; a fused ReLU or ReLU6 reads the output it
- *        masks by); for kLast,
- *        only where it has that value (with_sum=True: the last input is the fused residual sum's addend, whose
- *        gradient is the output's). It is replaced by output gradient `grad`, which has its shape. kEvery (input and
- *        output): every input i and output i, each replaced by output gradient i (a cast's backward reads the
- *        gradients alone). kAll (input and output): every input and output, each replaced by output gradient 0 (a
- *        fan-out's copies and data all have its shape).
+ *        attribute `unless_attr` has the value `unless_value` (nullptr: any value; a fused ReLU or ReLU6 reads the
+ *        output it masks by); for kLast, only where it has that value (with_sum=True: the last input is the fused
+ *        residual sum's addend, whose gradient is the output's). It is replaced by output gradient `grad`, which has
+ *        its shape. kEvery (input and output): every input i and output i, each replaced by output gradient i (a
+ *        cast's backward reads the gradients alone). kAll (input and output): every input and output, each replaced
+ *        by output gradient 0 (a fan-out's copies and data all have its shape).
  */
 struct Unread {
   const char* op;

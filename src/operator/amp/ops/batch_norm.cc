@@ -6,8 +6,9 @@
  *
  * Attributes are BatchNorm's: eps (1e-3), momentum (0.9), fix_gamma (True), use_global_stats (False), axis (1);
  * output_mean_var must be False; cudnn_off and the calibration ranges are accepted and ignored. act_type="relu"
- * (or "relu6", a clip to [0, 6]) applies a ReLU to the output (training graphs fuse the ReLU that follows: backward then keeps one activation,
- * not the normalised data beside the ReLU's output; the gradient masks dy where the output is 0). with_sum=True
+ * (or "relu6", a clip to [0, 6]) applies a ReLU to the output (graphs fuse the ReLU that follows: backward then
+ * keeps one activation, not the normalised data beside the ReLU's output; the gradient masks dy where the output
+ * is at a bound). with_sum=True
  * takes one more input after the mode, the addend (the data's dtype and shape), added before the ReLU (a ResNet
  * block's residual sum; its gradient is dy through the ReLU).
  * Inputs: data, gamma, beta, moving_mean, moving_var (mutated: auxiliary states, as BatchNorm's) and mode, a
