@@ -154,10 +154,34 @@ def test_fused_relu6_clips_to_0_and_6_and_masks_the_gradient_at_both_bounds(dtyp
 
 
 @requires_onednn3
+@pytest.mark.parametrize("dtype", ONEDNN3_DTYPES)
+@pytest.mark.parametrize("act", ["hard_sigmoid", "hard_swish"])
+def test_fused_hard_sigmoid_and_hard_swish_match_numpy_and_have_no_gradient(dtype, act):
+    """act_type="hard_sigmoid" / "hard_swish" (MobileNet v3's clip(y + 3, 0, 6) / 6 and y times it, fused by
+    inference conversion): against NumPy in float64 on the rounded operands, with outputs on both sides of -3 and 3;
+    a training call is refused with the reason."""
+    cast = (lambda v: _bf16(v)) if dtype == "bfloat16" else mx.nd.array
+    rounded = bf16_round if dtype == "bfloat16" else (lambda v: v)
+    x, w, b = 4 * _values(2, 8, 5, 7), _values(6, 8, 3, 3), 2 * _values(6)
+    attrs = dict(kernel=(3, 3), pad=(1, 1), num_filter=6, act_type=act)
+    y = mx.nd.amp_convolution(cast(x), cast(w), cast(b), **attrs)
+    ref, mag, k = _reference(rounded(x), rounded(w), rounded(b), (1, 1), (1, 1), (1, 1), 1)
+    assert (ref < -3).any() and (ref > 3).any()
+    gate = np.clip(ref + 3, 0, 6) / 6
+    assert_accumulated(_np(y), gate if act == "hard_sigmoid" else ref * gate, mag if act == "hard_sigmoid" else
+                       mag * (1 + np.abs(ref) / 3), k, dtype)
+    arrays = [cast(v) for v in (x, w, b)]
+    with pytest.raises(mx.base.MXNetError, match="act_type %s is fused into inference graphs only; it has no "
+                                                 "gradient" % act):
+        _grads(arrays, cast(np.ones(ref.shape, np.float32)), **attrs)[1][0].wait_to_read()
+
+
+@requires_onednn3
 def test_invalid_attributes_and_shapes_are_reported():
     x, w = _bf16(_values(1, 4, 5, 5)), _bf16(_values(8, 4, 3, 3))
     for attrs, message in [
-            (dict(kernel=(3, 3), num_filter=8, act_type="tanh"), "act_type must be relu or relu6 \\(got 'tanh'\\)"),
+            (dict(kernel=(3, 3), num_filter=8, act_type="tanh"),
+             "act_type must be relu, relu6, hard_sigmoid or hard_swish \\(got 'tanh'\\)"),
             (dict(kernel=(3, 3), num_filter=8, layout="NHWC"), "layout must be NCW, NCHW or NCDHW \\(got 'NHWC'\\)"),
             (dict(kernel=(3, 3), num_filter=8, stride=(0, 1)), "stride must be a tuple of integers >= 1"),
             (dict(kernel=(3, 3), num_filter=8, stride=(1, 1, 1)), "as many sizes as kernel \\(2\\)"),

@@ -13,8 +13,8 @@ from mxnet.amp.core.policy import EMULATED, FLOAT32, FP32, LP16, NATIVE, NEUTRAL
 from mxnet.amp.graph.builder import CastBuilder
 from mxnet.amp.graph.infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from mxnet.amp.graph.plan import plan_node
-from mxnet.amp.graph.postops import (drop_noop_casts, float32_library_outputs, fuse_activation, fuse_scale,
-                                     fuse_sum)
+from mxnet.amp.graph.postops import (drop_noop_casts, float32_library_outputs, fuse_activation, fuse_hard_activations,
+                                     fuse_scale, fuse_sum)
 from mxnet.amp.graph.builder import RewriteStats
 from mxnet.amp.graph.rewrite import rewrite_graph, rewrite_symbol, route_library_kernels
 from mxnet.amp.graph.symbol_json import (assemble, compact, drop_rounding, entry_uses, is_mode_node, num_outputs,
@@ -246,6 +246,24 @@ def test_a_clip_to_0_and_6_after_a_convolution_becomes_its_relu6(training):
     for other in (lambda y: mx.sym.clip(y, 0, 5), lambda y: mx.sym.clip(y, -1, 6),
                   lambda y: mx.sym.Group([mx.sym.clip(y, 0, 6), y])):
         assert "clip" in _ops(fuse_activation(_conv_graph(other), training=training))
+
+
+def _hard_swish(y):
+    return y * (mx.sym.clip(y + 3, 0, 6) / 6)
+
+
+def test_mobilenet_v3_hard_activations_after_a_convolution_become_its_act_type():
+    """In inference graphs clip(y + 3, 0, 6) / 6 after a convolution's output y becomes act_type="hard_sigmoid", and
+    y times it "hard_swish"; another reader of a step, other constants or a training graph leave the ops."""
+    dtypes = {"x": np.float32, "w": np.float32}
+    for extra, act in ((lambda y: mx.sym.clip(y + 3, 0, 6) / 6, "hard_sigmoid"), (_hard_swish, "hard_swish"),
+                       (lambda y: mx.sym.broadcast_mul(mx.sym.clip(y + 3, 0, 6) / 6, y), "hard_swish")):
+        fused = fuse_hard_activations(_conv_graph(extra), dtypes, RewriteStats())
+        assert _ops(fused) == ["null", "null", "amp_convolution"] and fused["nodes"][-1]["attrs"]["act_type"] == act
+    for kept in (lambda y: mx.sym.clip(y + 2, 0, 6) / 6, lambda y: mx.sym.clip(y + 3, 0, 6) / 5,
+                 lambda y: mx.sym.Group([_hard_swish(y), y + 3]),
+                 lambda y: mx.sym.Group([mx.sym.clip(y + 3, 0, 6) / 6, y])):
+        assert "clip" in _ops(fuse_hard_activations(_conv_graph(kept), dtypes, RewriteStats()))
 
 
 def test_residual_sum_becomes_the_convolution_with_sum():

@@ -252,6 +252,42 @@ def test_a_fused_relu6_exports_as_a_clip(tmp_path):
         _check(got, ref, TOL[mode])
 
 
+class _HardSwishNet(HybridBlock):
+    """MobileNet v3's stem and squeeze-excitation gate (GluonCV's HardSwish and HardSigmoid)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = nn.Conv2D(8, 3, padding=1)
+            self.fc = nn.Conv2D(8, 1)
+            self.out = nn.Dense(5)
+
+    def hybrid_forward(self, F, x):
+        y = self.stem(x)
+        y = y * (F.clip(y + 3, 0, 6) / 6)
+        gate = F.clip(self.fc(F.contrib.AdaptiveAvgPooling2D(y, output_size=1)) + 3, 0, 6) / 6
+        return self.out(F.broadcast_mul(y, gate))
+
+
+@requires_native_plan  # the library's convolutions with their fused activations
+def test_fused_hard_swish_and_hard_sigmoid_match_float32_and_export(tmp_path):
+    import json
+    net = _HardSwishNet()
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(np.random.RandomState(0).uniform(-3, 3, (2, 3, 8, 8)))
+    ref = net(x).asnumpy()
+    low = convert_hybrid_block(net, x, "bfloat16")
+    nodes = json.loads(low._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+    assert sorted(n.get("attrs", {}).get("act_type") for n in nodes if n["op"] == "amp_convolution") == [
+        "hard_sigmoid", "hard_swish"]
+    assert not {"clip", "_plus_scalar", "_div_scalar", "elemwise_mul"} & {n["op"] for n in nodes}
+    got = low(x).asnumpy()
+    _check(got, ref, 2e-2)
+    path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), bf16_mode="emulate")
+    _, exported = _run_onnx(path, x)
+    _check(exported, got, TOL["emulate"] * 10)
+
+
 def test_mxnet_export_model_directly_keeps_casts(tmp_path):
     net, x = _model("mlp")
     inputs, sym, params = block_graph(net, [x])

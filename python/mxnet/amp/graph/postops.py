@@ -1,10 +1,10 @@
 """Passes over a rewritten graph: casts that type inference proves no-ops go, scalar factors fold into the products,
-ReLUs and residual sums fuse into the library kernels before them, library kernels write float32 where only float32
-is read (in training graphs: the graph's outputs), and in inference graphs GELUs become the products' oneDNN
-post-ops."""
+ReLUs (ReLU6, and in inference graphs MobileNet v3's hard sigmoid and hard swish) and residual sums fuse into the library
+kernels before them, library kernels write float32 where only float32 is read (in training graphs: the graph's
+outputs), and in inference graphs GELUs become the products' oneDNN post-ops."""
 import functools
 import itertools
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, FrozenSet, List, Mapping, Optional
 
 from ..core.policy import NEUTRAL, Policy
 from ..base.op_names import LAYER_NORM_OPS, MATMUL_OPS, SOFTMAX_OPS
@@ -12,8 +12,8 @@ from .builder import RewriteStats
 from .infer import infer_entry_dtypes
 from .symbol_json import CAST_OPS, FALSE_VALUES, Entry, NodeList, compact, entry_uses, num_outputs
 
-__all__ = ["fuse_sum", "fuse_activation", "fuse_scale", "float32_library_outputs", "drop_noop_casts", "library_casts",
-           "storage_kernels", "float32_islands", "fanout_copies"]
+__all__ = ["fuse_sum", "fuse_activation", "fuse_hard_activations", "fuse_scale", "float32_library_outputs",
+           "drop_noop_casts", "library_casts", "storage_kernels", "float32_islands", "fanout_copies"]
 
 #: Library kernels -> the activations they fuse (``act_type``) in inference and in training graphs (a fused GELU
 #: has no gradient), and those with a fused residual sum (``with_sum``).
@@ -134,6 +134,74 @@ def fuse_activation(graph: dict, training: bool = False) -> dict:
         return graph
     nodes = [fused.get(nid, node) for nid, node in enumerate(graph["nodes"])]
     return compact(dict(graph, nodes=nodes), {nid for nid, _ in alias}, alias)
+
+
+#: The ops of MobileNet v3's hard sigmoid ``clip(x + 3, 0, 6) / 6`` and hard swish (``x`` times it), per step.
+_PLUS_3 = frozenset({"_plus_scalar", "_PlusScalar", "_npi_add_scalar"})
+_DIV_6 = frozenset({"_div_scalar", "_DivScalar", "_npi_true_divide_scalar"})
+_PRODUCTS = frozenset({"elemwise_mul", "_mul", "_Mul", "broadcast_mul", "_npi_multiply"})
+
+
+def _scalar(node: dict, ops: FrozenSet[str], value: float) -> bool:
+    attrs = node.get("attrs", {})
+    try:
+        return (node["op"] in ops and float(attrs.get("scalar", "nan")) == value
+                and attrs.get("is_int", "False") in FALSE_VALUES)
+    except ValueError:
+        return False
+
+
+def fuse_hard_activations(graph: dict, var_dtypes: Mapping[str, Any], stats: RewriteStats) -> dict:
+    """In inference graphs, MobileNet v3's hard sigmoid ``clip(y + 3, 0, 6) / 6`` and hard swish (``y`` times it) of
+    an ``amp_convolution``'s output ``y`` (each step the sole reader of the one before; ``y`` read by nothing else)
+    become the convolution's ``act_type`` (``hard_sigmoid``, ``hard_swish``: oneDNN post-ops on the float32
+    accumulator; they have no gradient). Those steps ran on MXNet's element-wise kernels in float32 (the scalar
+    addition and the product are float32-list ops), about 100 times slower than PyTorch's on MobileNet v3's
+    activations (bench/bench_op_speed.py). A convolution that wrote float32 only for them writes its own dtype again
+    where the result was cast back to it (the cast goes)."""
+    nodes = graph["nodes"]
+    readers = {tuple(h[:2]): [-1] for h in graph["heads"]}  # a graph output is read outside: -1
+    for nid, node in enumerate(nodes):
+        for src, idx, _ in node["inputs"]:
+            readers.setdefault((src, idx), []).append(nid)
+    dtypes = None
+    alias, fused, dropped = {}, {}, set()
+    for d_id, div in enumerate(nodes):
+        if not _scalar(div, _DIV_6, 6.0) or d_id in dropped:
+            continue
+        q_id = div["inputs"][0][0]
+        p_id = nodes[q_id]["inputs"][0][0] if nodes[q_id]["inputs"] else None
+        if (p_id is None or _activation(nodes[q_id]) != "relu6" or not _scalar(nodes[p_id], _PLUS_3, 3.0)
+                or readers.get((q_id, 0)) != [d_id] or readers.get((p_id, 0)) != [q_id]):
+            continue
+        conv_entry = tuple(nodes[p_id]["inputs"][0][:2])
+        conv = nodes[conv_entry[0]]
+        if conv["op"] != "amp_convolution" or conv_entry[1] != 0 or "act_type" in conv.get("attrs", {}):
+            continue
+        conv_readers, d_readers = readers.get(conv_entry, []), readers.get((d_id, 0), [])
+        if conv_readers == [p_id]:
+            act, last = "hard_sigmoid", d_id
+        elif (len(d_readers) == 1 and d_readers[0] >= 0 and sorted(conv_readers) == sorted([p_id, d_readers[0]])
+              and nodes[d_readers[0]]["op"] in _PRODUCTS
+              and sorted(tuple(e[:2]) for e in nodes[d_readers[0]]["inputs"]) == sorted([conv_entry, (d_id, 0)])):
+            act, last = "hard_swish", d_readers[0]
+        else:
+            continue
+        attrs = dict(conv.get("attrs", {}), act_type=act)
+        if attrs.get("out_dtype") == "float32":  # written in float32 for the steps only: back to its own dtype
+            dtypes = dtypes if dtypes is not None else infer_entry_dtypes(graph, var_dtypes)
+            own = dtypes.get(tuple(conv["inputs"][0][:2]))
+            after = readers.get((last, 0), [])
+            if own not in (None, "float32") and after and all(
+                    r >= 0 and nodes[r]["op"] == "amp_cast" and nodes[r]["attrs"]["dtype"] == own for r in after):
+                del attrs["out_dtype"]
+        fused[conv_entry[0]] = dict(conv, attrs=attrs)
+        alias[(last, 0)] = conv_entry
+        dropped |= {p_id, q_id, d_id, last}
+    if not alias:
+        return graph
+    out = compact(dict(graph, nodes=[fused.get(nid, node) for nid, node in enumerate(nodes)]), dropped, alias)
+    return drop_noop_casts(out, var_dtypes, stats)
 
 
 def fuse_scale(graph: dict) -> dict:

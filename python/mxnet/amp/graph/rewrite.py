@@ -21,7 +21,7 @@ from .builder import CastBuilder, RewriteStats
 from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node
 from .postops import (drop_noop_casts, fanout_copies, float32_islands, float32_library_outputs, fuse_activation,
-                      fuse_scale, fuse_sum, library_casts, storage_kernels)
+                      fuse_hard_activations, fuse_scale, fuse_sum, library_casts, storage_kernels)
 from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
@@ -181,6 +181,8 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     out = float32_library_outputs(out, policy, var_dtypes, outputs_only=not inference)
     out = fuse_scale(drop_noop_casts(out, var_dtypes, rewrite.build.stats))
     out = fuse_activation(fuse_sum(out, var_dtypes), training=not inference)
+    if inference:
+        out = fuse_hard_activations(out, var_dtypes, rewrite.build.stats)
     if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
         out = storage_kernels(out, var_dtypes, policy.target_dtype,
                               functools.partial(lists.storage_kernel, policy.target_dtype, device_type))

@@ -121,7 +121,8 @@ def _mxnet_kernels(gdict, var_dtypes):
     (bfloat16 operands, float32 accumulation and output) becomes the op in float32 on operands cast to
     float32: the same values, unrounded. A folded scale (``alpha``) becomes a ``_mul_scalar`` after the op, a fused
     residual sum (``with_sum``) an ``elemwise_add``, float32 parameters (``param_dtype``) casts to the data's dtype,
-    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``; ReLU6: ``clip``) after that, all in float32 and the
+    and a fused ``act_type`` an ``Activation`` (GELU: ``LeakyReLU``; ReLU6, hard sigmoid and hard swish: their scalar,
+    ``clip`` and product ops) after that, all in float32 and the
     result cast to the op's output dtype, as the kernel rounds once. ``amp_batch_norm`` becomes ``BatchNorm`` without
     its mode flag, on its data cast to float32. LayerNorm and softmax kernels with a ``dtype`` (float32 statistics,
     output in that dtype) become MXNet's op on their data cast to float32, cast to ``dtype`` after."""
@@ -171,8 +172,15 @@ def _mxnet_kernels(gdict, var_dtypes):
                 addend = add({"op": "amp_cast", "name": node["name"] + "_addend_float32",
                               "attrs": {"dtype": "float32"}}, [addend])
             out = add({"op": "elemwise_add", "name": node["name"] + "_sum", "attrs": {}}, [out, addend])
-        if act == "relu6":  # MobileNets' ReLU6: a clip to [0, 6]
-            out = add({"op": "clip", "name": node["name"] + "_relu6", "attrs": {"a_min": "0", "a_max": "6"}}, [out])
+        if act in ("relu6", "hard_sigmoid", "hard_swish"):  # MobileNets': clip(x, 0, 6); clip(x + 3, 0, 6) / 6, times x
+            hard = act != "relu6"
+            low = add({"op": "_plus_scalar", "name": node["name"] + "_plus3", "attrs": {"scalar": "3"}}, [out]) \
+                if hard else out
+            clip = add({"op": "clip", "name": node["name"] + "_relu6", "attrs": {"a_min": "0", "a_max": "6"}}, [low])
+            if hard:
+                clip = add({"op": "_div_scalar", "name": node["name"] + "_div6", "attrs": {"scalar": "6"}}, [clip])
+            out = add({"op": "elemwise_mul", "name": node["name"] + "_" + act, "attrs": {}}, [out, clip]) \
+                if act == "hard_swish" else clip
         elif act is not None:  # MXNet's GELU is LeakyReLU's
             out = add({"op": "LeakyReLU" if act == "gelu" else "Activation", "name": node["name"] + "_" + act,
                        "attrs": {"act_type": act}}, [out])

@@ -23,7 +23,9 @@ extern "C" {
 enum AmpActivation {
   AMP_ACT_NONE = 0,
   AMP_ACT_RELU = 1, /*!< max(0, x) */
-  AMP_ACT_GELU = 2  /*!< x Phi(x), Phi the normal distribution function (erf; MXNet's LeakyReLU gelu) */
+  AMP_ACT_GELU = 2, /*!< x Phi(x), Phi the normal distribution function (erf; MXNet's LeakyReLU gelu) */
+  AMP_ACT_HARD_SIGMOID = 3, /*!< clip(x + 3, 0, 6) / 6 (MobileNet v3's; convolutions, inference only) */
+  AMP_ACT_HARD_SWISH = 4    /*!< x clip(x + 3, 0, 6) / 6 (MobileNet v3's; convolutions, inference only) */
 };
 
 /*!
@@ -81,6 +83,7 @@ typedef struct AmpConv {
   int64_t stride[AMP_CONV_MAX_SPATIAL], dilate[AMP_CONV_MAX_SPATIAL], pad[AMP_CONV_MAX_SPATIAL];
   int dtype, out_dtype, bias_dtype, relu;
   float relu_max;        /*!< forward, where relu: INFINITY, or a ReLU6's 6 */
+  int hard_act;          /*!< forward, where not relu: AMP_ACT_NONE, AMP_ACT_HARD_SIGMOID or AMP_ACT_HARD_SWISH, last */
   int weight_dtype;      /*!< the weight's: dtype, or float32 beside bfloat16 data where
                               mxnet_amp_onednn_bf16_primitives() is 0 (the kernels widen every operand there) */
   const void* data;      /*!< forward, backward weights */

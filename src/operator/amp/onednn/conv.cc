@@ -51,7 +51,7 @@ std::string conv_key(const AmpConv& c) {
   if (c.relu) std::memcpy(&relu_max_bits, &c.relu_max, sizeof(relu_max_bits));
   std::vector<int64_t> k = {c.pass,        c.spatial, c.batch,      c.in_channels, c.out_channels,
                             c.groups,      c.dtype,   c.out_dtype,  c.bias_dtype,  c.relu,
-                            c.addend != nullptr, relu_max_bits};
+                            c.addend != nullptr, relu_max_bits, c.hard_act};
   for (const int64_t* v : {c.in_size, c.out_size, c.kernel, c.stride, c.dilate, c.pad}) {
     k.insert(k.end(), v, v + c.spatial);
   }
@@ -59,6 +59,9 @@ std::string conv_key(const AmpConv& c) {
 }
 
 void append_relu(const AmpConv& c, dnnl::post_ops* ops) {
+  // hard sigmoid max(0, min(1, x / 6 + 1 / 2)) = clip(x + 3, 0, 6) / 6; hard swish: x times that
+  if (c.hard_act == AMP_ACT_HARD_SIGMOID) ops->append_eltwise(dnnl::algorithm::eltwise_hardsigmoid, 1.f / 6, 0.5f);
+  if (c.hard_act == AMP_ACT_HARD_SWISH) ops->append_eltwise(dnnl::algorithm::eltwise_hardswish, 1.f / 6, 0.5f);
   if (!c.relu) return;
   if (std::isinf(c.relu_max)) {
     ops->append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);

@@ -15,7 +15,8 @@ namespace mxnet_amp_onednn {
 /*! \brief The primitive-cache key of a convolution problem (its geometry, dtypes and fusions). */
 std::string conv_key(const AmpConv& c);
 
-/*! \brief Appends c's fused ReLU (forward, where c.relu), capped at c.relu_max where finite, to ops. */
+/*! \brief Appends c's fused activation to ops (forward): its ReLU (where c.relu, capped at c.relu_max where finite)
+ *         or its hard sigmoid or hard swish (c.hard_act). */
 void append_relu(const AmpConv& c, dnnl::post_ops* ops);
 
 /*! \brief Whether c runs faster as im2col + one matrix product (few output positions, no groups). */

@@ -7,7 +7,9 @@
  * layout must be channels-first; the CUDA-only workspace/cudnn_* are accepted and ignored), so the graph
  * rewriter only renames the node, plus three of its own for inference graphs:
  *   act_type         "relu" or "relu6" (a clip to [0, 6], MobileNets'): fused into the convolution (a oneDNN
- *                    post-op; the gradient masks dy where the output is at a bound);
+ *                    post-op; the gradient masks dy where the output is at a bound); "hard_sigmoid" or
+ *                    "hard_swish" (MobileNet v3's clip(x + 3, 0, 6) / 6 and x times it; inference only: no
+ *                    gradient);
  *   with_sum=True    one more input, the addend, summed into the output before the ReLU (a residual sum);
  *   out_dtype        float32 or bfloat16: the output's dtype when it differs from the operands'.
  * Data, weight and bias are float32 or bfloat16 (all the same), unless param_dtype="float32" (training graphs):
@@ -42,6 +44,7 @@ struct ConvParams {
   long num_filter = 0, num_group = 1;
   bool no_bias = false, relu = false, with_sum = false;
   float relu_max = INFINITY;  // where relu: a ReLU6's 6
+  int hard_act = AMP_ACT_NONE;  // or AMP_ACT_HARD_SIGMOID, AMP_ACT_HARD_SWISH
   int out_dtype = -1, param_dtype = -1;
 
   const char* op() const { return deconv ? kDeconv : kConv; }
@@ -91,7 +94,15 @@ bool parse_conv(const Attrs& attrs, bool deconv, ConvParams* p) {
     MX_ERROR_MSG << op << ": fused activations and sums are not supported";
     return false;
   }
-  if (!parse_relu(op, attrs, &p->relu, &p->relu_max)) return false;
+  if (act != attrs.end() && (act->second == "hard_sigmoid" || act->second == "hard_swish")) {
+    p->hard_act = act->second == "hard_sigmoid" ? AMP_ACT_HARD_SIGMOID : AMP_ACT_HARD_SWISH;
+  } else if (act != attrs.end() && act->second != "relu" && act->second != "relu6") {
+    MX_ERROR_MSG << op << ": attribute act_type must be relu, relu6, hard_sigmoid or hard_swish (got '"
+                 << act->second << "')";
+    return false;
+  } else if (!parse_relu(op, attrs, &p->relu, &p->relu_max)) {
+    return false;
+  }
   return deconv || parse_bool(op, attrs, "with_sum", false, &p->with_sum);
 }
 
@@ -286,6 +297,7 @@ MXReturnValue conv_forward(const Attrs& attrs, std::vector<MXTensor>* inputs, st
   }
   c.relu = p.relu;
   c.relu_max = p.relu_max;
+  c.hard_act = p.hard_act;
   c.data = x.data_ptr;
   if (!p.no_bias) {
     c.bias = (*inputs)[2].data_ptr;
@@ -300,6 +312,11 @@ MXReturnValue conv_backward(const Attrs& attrs, std::vector<MXTensor>* inputs, s
                             const OpResource& res) {
   ConvParams p;
   if (!parse_conv(attrs, kDeconvolution, &p)) return MX_FAIL;
+  if (p.hard_act != AMP_ACT_NONE) {
+    MX_ERROR_MSG << p.op() << ": act_type " << (p.hard_act == AMP_ACT_HARD_SIGMOID ? "hard_sigmoid" : "hard_swish")
+                 << " is fused into inference graphs only; it has no gradient";
+    return MX_FAIL;
+  }
   const MXTensor& dy = (*inputs)[0];
   const MXTensor& x = (*inputs)[1];
   MXTensor& dx = (*outputs)[0];
