@@ -25,7 +25,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import child_json, cpu_banner  # noqa: E402
+from timing import best_of, child_json, cpu_banner  # noqa: E402
 
 #: name -> (Gluon model-zoo name, or "gluoncv:NAME"; torchvision name; image size)
 MODELS = {
@@ -41,17 +41,6 @@ MODELS = {
 }
 MXNET_CONFIGS = ("mxnet fp32", "ours", "contrib")
 TORCH_CONFIGS = ("torch fp32", "torch autocast")
-
-
-def _best(func, repeat):
-    import time
-    func()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def mxnet_child(model, config, batch, repeat):
@@ -77,7 +66,7 @@ def mxnet_child(model, config, batch, repeat):
     elif config == "contrib":
         from mxnet.contrib import amp as contrib_amp
         net = contrib_amp.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
-    return {"seconds": _best(lambda: net(x).wait_to_read(), repeat)}
+    return {"seconds": best_of({config: lambda: net(x).wait_to_read()}, repeat, inner=1)[config]}
 
 
 TORCH_SCRIPT = """
