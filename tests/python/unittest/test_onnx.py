@@ -270,7 +270,7 @@ class _HardSwishNet(HybridBlock):
 
 
 @requires_native_plan  # the library's convolutions with their fused activations
-def test_fused_hard_swish_and_hard_sigmoid_match_float32_and_export(tmp_path):
+def test_fused_hard_swish_hard_sigmoid_and_gate_product_match_float32_and_export(tmp_path):
     import json
     net = _HardSwishNet()
     net.initialize(mx.init.Xavier())
@@ -280,7 +280,9 @@ def test_fused_hard_swish_and_hard_sigmoid_match_float32_and_export(tmp_path):
     nodes = json.loads(low._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
     assert sorted(n.get("attrs", {}).get("act_type") for n in nodes if n["op"] == "amp_convolution") == [
         "hard_sigmoid", "hard_swish"]
-    assert not {"clip", "_plus_scalar", "_div_scalar", "elemwise_mul"} & {n["op"] for n in nodes}
+    assert not {"clip", "_plus_scalar", "_div_scalar", "elemwise_mul", "broadcast_mul"} & {n["op"] for n in nodes}
+    product = next(n for n in nodes if n["op"] == "amp_broadcast_mul")  # the gate times its features, for the Dense
+    assert product["attrs"]["dtype"] == "bfloat16"
     got = low(x).asnumpy()
     _check(got, ref, 2e-2)
     path = amp_onnx.export_onnx(low, None, [x.shape], str(tmp_path / "m.onnx"), bf16_mode="emulate")

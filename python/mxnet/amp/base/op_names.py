@@ -5,7 +5,7 @@ the operator categories, the graph passes recognise them.
 """
 
 __all__ = ["MULTI_TENSOR_OPS", "BATCH_NORM_OPS", "MATMUL_OPS", "LAYER_NORM_OPS", "SOFTMAX_OPS", "DROPOUT_OPS",
-           "STORAGE_OPS", "COPY_OPS", "ALL_OPS"]
+           "STORAGE_OPS", "COPY_OPS", "PRODUCT_OPS", "ALL_OPS"]
 
 #: The multi-tensor casts and updates, the loss scaler's step and the emulation rounding.
 MULTI_TENSOR_OPS = ("amp_multi_cast", "amp_multi_unscale_check", "amp_multi_update", "amp_multi_widest_cast",
@@ -37,6 +37,10 @@ STORAGE_OPS = ("amp_fanout", "amp_pooling")
 #: Concatenation by row copies, float32 or bfloat16 data (converted inference graphs).
 COPY_OPS = ("amp_concat",)
 
+#: The product of two arrays under NumPy broadcasting, float32 or bfloat16 operands, float32 math, one rounding
+#: (converted inference graphs).
+PRODUCT_OPS = ("amp_broadcast_mul",)
+
 #: Every op of the library.
 ALL_OPS = (MULTI_TENSOR_OPS + BATCH_NORM_OPS + MATMUL_OPS + LAYER_NORM_OPS + SOFTMAX_OPS + DROPOUT_OPS + STORAGE_OPS
-           + COPY_OPS)
+           + COPY_OPS + PRODUCT_OPS)

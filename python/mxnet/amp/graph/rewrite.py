@@ -23,6 +23,7 @@ from .plan import NodePlan, kernel_op, plan_node
 from .postops import (drop_noop_casts, fanout_copies, float32_islands, float32_library_outputs, fuse_activation,
                       fuse_hard_activations, fuse_scale, fuse_sum, library_casts, storage_kernels)
 from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
+from .products import rounded_products
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
 
@@ -183,6 +184,8 @@ def rewrite_graph(graph: dict, policy: Policy, device_type: str, var_dtypes: Map
     out = fuse_activation(fuse_sum(out, var_dtypes), training=not inference)
     if inference:
         out = fuse_hard_activations(out, var_dtypes, rewrite.build.stats)
+        out = rounded_products(out, var_dtypes, policy.target_dtype,
+                               lists.rounded_products(policy.target_dtype, device_type))
     if policy.storage:  # bfloat16 tensors on float32 arithmetic: see Policy.for_graph
         out = storage_kernels(out, var_dtypes, policy.target_dtype,
                               functools.partial(lists.storage_kernel, policy.target_dtype, device_type))

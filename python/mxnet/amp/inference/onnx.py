@@ -113,7 +113,7 @@ _MXNET_OPS = {"amp_fully_connected": "FullyConnected", "amp_batch_dot": "batch_d
               "amp_encdec_qk": "_contrib_interleaved_matmul_encdec_qk",
               "amp_encdec_valatt": "_contrib_interleaved_matmul_encdec_valatt",
               "amp_layer_norm": "LayerNorm", "amp_softmax": "softmax", "amp_log_softmax": "log_softmax",
-              "amp_batch_norm": "BatchNorm", "amp_concat": "Concat"}
+              "amp_batch_norm": "BatchNorm", "amp_concat": "Concat", "amp_broadcast_mul": "broadcast_mul"}
 
 
 def _mxnet_kernels(gdict, var_dtypes):
@@ -125,7 +125,8 @@ def _mxnet_kernels(gdict, var_dtypes):
     ``clip`` and product ops) after that, all in float32 and the
     result cast to the op's output dtype, as the kernel rounds once. ``amp_batch_norm`` becomes ``BatchNorm`` without
     its mode flag, on its data cast to float32. LayerNorm and softmax kernels with a ``dtype`` (float32 statistics,
-    output in that dtype) become MXNet's op on their data cast to float32, cast to ``dtype`` after."""
+    output in that dtype) become MXNet's op on their data cast to float32, cast to ``dtype`` after, and
+    ``amp_broadcast_mul`` ``broadcast_mul`` on both operands cast to float32."""
     counts = num_outputs(gdict)
     dtypes = infer_entry_dtypes(gdict, var_dtypes)
     nodes, new_counts, remap = [], [], {}
@@ -156,7 +157,8 @@ def _mxnet_kernels(gdict, var_dtypes):
             inputs = inputs[:1] + [add({"op": "amp_cast", "name": "%s_in%d_%s" % (node["name"], k, data_dtype),
                                         "attrs": {"dtype": data_dtype}}, [entry])
                                    for k, entry in enumerate(inputs[1:], 1)]
-        cast = len(inputs) if out_dtype == "None" else 1  # the operands, or the data only
+        # the operands, or the data only (LayerNorm and softmax: float32 parameters; a product: both operands)
+        cast = len(inputs) if out_dtype == "None" or node["op"] == "amp_broadcast_mul" else 1
         epilogue = act is not None or addend is not None or (alpha is not None and float(alpha) != 1.0)
         if epilogue and attrs.get("out_dtype") != "float32" and dtypes.get((nid, 0)) not in (None, "float32"):
             out_dtype = dtypes[(nid, 0)]  # computed in float32, rounded once at the end

@@ -37,7 +37,7 @@ NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.LRN + g.EMBEDDING + g.SEQUENCE + g.EL
            g.INTEGER_SEMANTICS + g.INDEX_INPUTS + g.DATA_MOVEMENT + g.CASTS + g.CREATION +
            g.IN_PLACE + g.CONTAINERS + g.IMAGE + g.GRAPH_SAMPLING + g.AROUND +
            g.MAX_MIN + g.UNPREFIXED_BACKWARD + g.PROJECT_OPS + g.PROJECT_BATCH_NORM + g.PROJECT_LAYER_NORM +
-           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY)
+           g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY + g.PROJECT_PRODUCT)
 WIDEST = g.ELEMWISE_MULTI_INPUT + g.COMPARE_MULTI_INPUT + g.CONCAT + g.WHERE
 LOSS_OUTPUT = g.LOSS_HEADS
 
@@ -208,6 +208,14 @@ INFERENCE_NEUTRAL_KERNELS = ("amp_batch_norm",)
 # MXNet's Concat, whose backward keeps no input alive.)
 INFERENCE_KERNELS = {"cpu": {"Concat": "amp_concat", "concat": "amp_concat"}, "gpu": {}}
 
+# Products of two tensors (ELEMWISE_MULTIPLY, float32 for their rounding) -> the library kernel that runs them in
+# inference graphs where the device runs bfloat16 natively and only low precision readers take the result: float32
+# math on the operands as they are, one rounding to bfloat16, which the readers' casts would make anyway. MobileNet v3's
+# squeeze-excitation products (gate times features, before a convolution) took 8.5 ms a forward at batch 16 in MXNet's
+# float32 broadcast_mul between casts (AMD EPYC, class (c), 2026-12-07).
+ROUNDED_PRODUCTS = {"cpu": {op: "amp_broadcast_mul" for op in ("_Mul", "_mul", "_npi_multiply", "broadcast_mul",
+                                                                 "elemwise_mul")}, "gpu": {}}
+
 # Per device type: whether training graphs read a low precision tensor read more than once through copies from the
 # library's amp_fanout, one per reader (graph.postops.fanout_copies), whose backward adds the readers' gradients in
 # float32 and rounds once. MXNet sums them with add_n, which has no bfloat16 kernel on CPUs: on classes (c) and (d)
@@ -276,6 +284,10 @@ REASONS = g.REASONS + (
      "this project's Dropout (libmxnet_amp): runs in its data's dtype (float32 or bfloat16) and reads the graph's "
      "mode; the rewriter puts it in place of Dropout in training graphs where the CPU runs bfloat16 natively "
      "(NEUTRAL_KERNELS)"),
+    (g.PROJECT_PRODUCT,
+     "this project's product of two tensors under NumPy broadcasting (libmxnet_amp): float32 math on float32 or "
+     "bfloat16 operands, one rounding to its dtype; the rewriter puts it in place of a float32 product whose result "
+     "only low precision readers take, in inference graphs where the CPU runs bfloat16 natively (ROUNDED_PRODUCTS)"),
     (g.PROJECT_COPY,
      "this project's concatenation (libmxnet_amp): row copies in the data's dtype (float32 or bfloat16); the rewriter "
      "puts it in place of Concat in inference graphs where the CPU runs bfloat16 natively (INFERENCE_KERNELS)"),

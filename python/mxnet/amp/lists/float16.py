@@ -25,7 +25,8 @@ FP32 = (g.DEPRECATED_V1 + g.CUDNN_BATCH_NORM_V4 + g.ONEDNN_FUSED + g.ONEDNN_FUSE
         g.KL_SPARSITY_REGULARIZER + g.LOSSES + g.FP16_RANGE + g.EXP_LOG_POW + g.TRANSCENDENTAL +
         g.REDUCTIONS + g.SORT + g.FP32_INDEX_KERNELS + g.CROP + g.RANDOM_DENSITY + g.CUSTOM +
         g.QUANTIZE + g.QUANTIZED + g.DETECTION + g.SPATIAL_SAMPLING + g.NUMPY_HYPOT + g.AROUND +
-        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY)
+        g.FFT + g.PROJECT_LAYER_NORM + g.PROJECT_SOFTMAX + g.PROJECT_DROPOUT + g.PROJECT_STORAGE + g.PROJECT_COPY +
+        g.PROJECT_PRODUCT)
 NEUTRAL = (g.BATCH_NORM + g.GPU_FUSION + g.RESAMPLE_PAD + g.DROPOUT + g.EMBEDDING + g.SEQUENCE +
            g.ELEMWISE_FP16_NOT_BF16 + g.ELEMWISE_SIMPLE + g.INTEGER_SEMANTICS + g.INDEX_INPUTS +
            g.DATA_MOVEMENT + g.CASTS + g.CREATION + g.RANDOM_LIKE + g.IN_PLACE + g.GRADIENT_CHECKS +
@@ -66,6 +67,7 @@ NATIVE_SUBSTITUTES = {"cpu": {}, "gpu": {}}
 NEUTRAL_KERNELS = {"cpu": {}, "gpu": {}}
 INFERENCE_NEUTRAL_KERNELS = ()
 INFERENCE_KERNELS = {"cpu": {}, "gpu": {}}
+ROUNDED_PRODUCTS = {"cpu": {}, "gpu": {}}
 
 # Fan-out copies in training graphs (see bfloat16.FANOUT_COPIES): none for float16, whose add_n runs natively on GPUs.
 FANOUT_COPIES = {"cpu": False, "gpu": False}
@@ -117,6 +119,8 @@ REASONS = g.REASONS + (
                         "no float16 kernel: fp32"),
     (g.PROJECT_COPY, "this project's concatenation (libmxnet_amp): float32 or bfloat16 data only, no float16 kernel: "
                      "fp32"),
+    (g.PROJECT_PRODUCT, "this project's broadcast product (libmxnet_amp): float32 or bfloat16 operands only, no "
+                        "float16 kernel: fp32"),
     (g.RNN, "RNN: cuDNN RNN in fp16 with fp32 accumulation"),
     (g.BLAS_MATMUL, "matmul-like: cuBLAS/tensor-core GEMM in fp16 with fp32 accumulation"),
     (g.ATTENTION_GEMM, "attention GEMM (cuBLAS strided batched GEMM) in fp16"),

@@ -445,7 +445,8 @@ UNPREFIXED_BACKWARD = (
 # float16 or bfloat16 data, float32 parameters and statistics); the oneDNN 3 matrix products and convolutions
 # (float32 or bfloat16 operands); LayerNorm, softmax and log-softmax over the last axis (float32 or bfloat16 data,
 # float32 statistics and parameters); Dropout (float32 or bfloat16 data); max pooling and fan-out copies (float32 or
-# bfloat16 data, for training graphs storing bfloat16 on float32 arithmetic).
+# bfloat16 data, for training graphs storing bfloat16 on float32 arithmetic); concatenation and the broadcast
+# product (float32 or bfloat16, for inference graphs).
 PROJECT_OPS = op_names.MULTI_TENSOR_OPS
 PROJECT_BATCH_NORM = op_names.BATCH_NORM_OPS
 PROJECT_MATMUL = op_names.MATMUL_OPS
@@ -454,6 +455,7 @@ PROJECT_SOFTMAX = op_names.SOFTMAX_OPS
 PROJECT_DROPOUT = op_names.DROPOUT_OPS
 PROJECT_STORAGE = op_names.STORAGE_OPS
 PROJECT_COPY = op_names.COPY_OPS
+PROJECT_PRODUCT = op_names.PRODUCT_OPS
 
 # -------------------- domain-specific -------------------------------------------------------------
 

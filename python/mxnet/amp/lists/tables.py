@@ -16,9 +16,8 @@ from .groups import PROJECT_MATMUL
 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_table", "category", "reason",
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
-           "emulation_kernels", "float32_kernels", "neutral_kernels", "inference_kernels",
-           "fanout_copies",
-           "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes",
+           "emulation_kernels", "float32_kernels", "neutral_kernels", "inference_kernels", "rounded_products",
+           "fanout_copies", "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes",
            "is_library_kernel", "commutes_with_rounding"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
@@ -116,6 +115,7 @@ class DtypeTable:
         self.neutral_kernels = _per_device_maps(module.NEUTRAL_KERNELS)
         self.inference_neutral_kernels = frozenset(module.INFERENCE_NEUTRAL_KERNELS)
         self.inference_kernels = _per_device_maps(module.INFERENCE_KERNELS)
+        self.rounded_products = _per_device_maps(module.ROUNDED_PRODUCTS)
         self.fanout_copies = MappingProxyType(dict(module.FANOUT_COPIES))
         self.stats_kernels = _per_device_maps(module.STATS_KERNELS)
         self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
@@ -397,6 +397,13 @@ def inference_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     return _for_device(dtype_table(dtype).inference_kernels, device_type)
 
 
+def rounded_products(dtype: Any, device_type: str) -> Mapping[str, str]:
+    """Return ``{op: library op}``: float32 products that run on a library kernel writing ``dtype`` in inference
+    graphs where ``device_type`` runs ``dtype`` natively and only low precision readers take the result
+    (``broadcast_mul`` -> ``amp_broadcast_mul`` on CPUs). ValueError for an unknown dtype or device type."""
+    return _for_device(dtype_table(dtype).rounded_products, device_type)
+
+
 def fanout_copies(dtype: Any, device_type: str) -> bool:
     """Whether training graphs on ``device_type`` read a ``dtype`` tensor read more than once through the library's
     ``amp_fanout`` copies (MXNet's ``add_n`` has no ``dtype`` kernel there). ValueError for an unknown dtype or
@@ -407,25 +414,15 @@ def fanout_copies(dtype: Any, device_type: str) -> bool:
 def stats_kernels(dtype: Any, device_type: str) -> Mapping[str, str]:
     """Return ``{op: library op}``: float32-list ops whose library kernel reads and writes ``dtype`` data and keeps
     float32 statistics, used in training and inference graphs where ``device_type`` runs ``dtype`` natively
-    (``LayerNorm`` -> ``amp_layer_norm``, ``softmax`` -> ``amp_softmax`` on CPUs, for bfloat16).
-
-    Raises
-    ------
-    ValueError
-        For an unknown dtype or device type.
-    """
+    (``LayerNorm`` -> ``amp_layer_norm``, ``softmax`` -> ``amp_softmax`` on CPUs, for bfloat16). ValueError for an
+    unknown dtype or device type."""
     return _for_device(dtype_table(dtype).stats_kernels, device_type)
 
 
 def stats_output_dtype(dtype: Any, kernel: str, data_dtype: str) -> str:
     """Return the dtype float32-statistics ``kernel`` writes in a ``dtype`` graph for data of ``data_dtype``: the
     data's, except for the kernels that always write float32 (``amp_log_softmax``: log-probabilities feed losses).
-
-    Raises
-    ------
-    ValueError
-        For an unknown dtype.
-    """
+    ValueError for an unknown dtype."""
     return "float32" if kernel in dtype_table(dtype).stats_float32_outputs else data_dtype
 
 

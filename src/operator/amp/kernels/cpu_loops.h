@@ -70,6 +70,18 @@ struct CpuLoops {
   /*! \brief dx[i] = mask[i] ? dy[i] * scale : 0 for i in [begin, end). */
   void (*dropout_grad)(int dtype, const void* dy, void* dx, const uint8_t* mask, int64_t begin, int64_t end,
                        float scale);
+  /*!
+   * \brief y[i] = a[i * a_step] * b[i * b_step] for i < n, each step 0 (one value for the run) or 1; a, b and y
+   *        float32 or bfloat16 each, float32 math and one rounding.
+   */
+  void (*mul)(int a_dtype, const void* a, int a_step, int b_dtype, const void* b, int b_step, int y_dtype, void* y,
+              int64_t n);
+  /*!
+   * \brief acc[i] += a[i * a_step] * b[i * b_step] for i < n, or with reduce acc[0] += the sum of those products
+   *        (float32 lanes); steps 0 or 1, a and b float32 or bfloat16 each.
+   */
+  void (*mul_acc)(int a_dtype, const void* a, int a_step, int b_dtype, const void* b, int b_step, float* acc,
+                  bool reduce, int64_t n);
 };
 
 /*! \brief The table of the best instruction set of this CPU (chosen once). */

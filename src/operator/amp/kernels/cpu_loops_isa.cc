@@ -710,9 +710,78 @@ void dropout_grad(int dtype, const void* dy, void* dx, const uint8_t* mask, int6
   return dropout_grad_loop<F32>(dy, dx, mask, begin, end, scale);
 }
 
+// Products of two runs, either of which may be one value repeated (kA / kB false): broadcast_mul (broadcast.h).
+template <typename A, typename B, typename Y, bool kA, bool kB>
+void mul_run(const void* a, const void* b, void* y, int64_t n) {
+  const typename A::storage* __restrict__ p = static_cast<const typename A::storage*>(a);
+  const typename B::storage* __restrict__ q = static_cast<const typename B::storage*>(b);
+  typename Y::storage* __restrict__ r = static_cast<typename Y::storage*>(y);
+  const float pa = A::load(p[0]), qb = B::load(q[0]);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) r[i] = Y::store((kA ? A::load(p[i]) : pa) * (kB ? B::load(q[i]) : qb));
+}
+
+template <typename A, typename B, bool kA, bool kB>
+void mul_acc_run(const void* a, const void* b, float* acc, bool reduce, int64_t n) {
+  const typename A::storage* __restrict__ p = static_cast<const typename A::storage*>(a);
+  const typename B::storage* __restrict__ q = static_cast<const typename B::storage*>(b);
+  const float pa = A::load(p[0]), qb = B::load(q[0]);
+  if (!reduce) {
+    float* __restrict__ r = acc;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) r[i] += (kA ? A::load(p[i]) : pa) * (kB ? B::load(q[i]) : qb);
+    return;
+  }
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += (kA ? A::load(p[i]) : pa) * (kB ? B::load(q[i]) : qb);
+  *acc += sum;
+}
+
+// Calls f with a tag of the storage type of a float32 or bfloat16 dtype.
+template <typename F>
+void with_type(int dtype, F f) {
+  if (dtype == kBfloat16) return f(BF16());
+  return f(F32());
+}
+
+void mul(int a_dtype, const void* a, int a_step, int b_dtype, const void* b, int b_step, int y_dtype, void* y,
+         int64_t n) {
+  if (n <= 0) return;
+  with_type(a_dtype, [&](auto ta) {
+    with_type(b_dtype, [&](auto tb) {
+      with_type(y_dtype, [&](auto ty) {
+        using A = decltype(ta);
+        using B = decltype(tb);
+        using Y = decltype(ty);
+        if (a_step && b_step) return mul_run<A, B, Y, true, true>(a, b, y, n);
+        if (a_step) return mul_run<A, B, Y, true, false>(a, b, y, n);
+        if (b_step) return mul_run<A, B, Y, false, true>(a, b, y, n);
+        return mul_run<A, B, Y, false, false>(a, b, y, n);
+      });
+    });
+  });
+}
+
+void mul_acc(int a_dtype, const void* a, int a_step, int b_dtype, const void* b, int b_step, float* acc, bool reduce,
+             int64_t n) {
+  if (n <= 0) return;
+  with_type(a_dtype, [&](auto ta) {
+    with_type(b_dtype, [&](auto tb) {
+      using A = decltype(ta);
+      using B = decltype(tb);
+      if (a_step && b_step) return mul_acc_run<A, B, true, true>(a, b, acc, reduce, n);
+      if (a_step) return mul_acc_run<A, B, true, false>(a, b, acc, reduce, n);
+      if (b_step) return mul_acc_run<A, B, false, true>(a, b, acc, reduce, n);
+      return mul_acc_run<A, B, false, false>(a, b, acc, reduce, n);
+    });
+  });
+}
+
 const CpuLoops kLoops = {AMP_STR(AMP_ISA), cast,           unscale,       update,    bn_moments,
                          bn_affine,        bn_grad_moments, bn_grad_apply, relu_mask, row_moments,
-                         softmax_row,      softmax_grad_row, dropout,      dropout_grad};
+                         softmax_row,      softmax_grad_row, dropout,      dropout_grad, mul,
+                         mul_acc};
 
 }  // namespace
 }  // namespace AMP_CONCAT(isa_, AMP_ISA)
