@@ -6,7 +6,7 @@ import mxnet as mx
 import pytest
 from mxnet import amp, gluon
 
-from mxnet.amp.inference.converted_block import InputShapeError
+from mxnet.amp.inference.converted_block import ConvertedBlock, InputShapeError
 
 
 def _net():
@@ -83,3 +83,23 @@ def test_the_default_conversion_stores_weights_in_the_target_dtype_and_loads_flo
     default.load_parameters(str(tmp_path / "f32.params"))
     assert {dtype_name(default.collect_params()[n].dtype) for n in weights} == {"bfloat16"}
     np.testing.assert_array_equal(default(x).asnumpy(), kept(x).asnumpy())
+
+
+def test_the_block_keeps_its_memory_between_calls_and_each_output_stays_the_caller_s(tmp_path):
+    """Converted and imported blocks run with static_alloc (flat memory over inputs of many shapes); an output of
+    one call is not overwritten by the next, of the same shape or another, and each matches a fresh float32 run."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(16, flatten=False), gluon.nn.Dense(4, flatten=False))
+    net.initialize()
+    low = amp.convert_hybrid_block(net, mx.nd.ones((2, 5, 8)), "bfloat16")
+    low.export(str(tmp_path / "low"))
+    imported = ConvertedBlock.imports(
+        str(tmp_path / "low-symbol.json"), ["data"], str(tmp_path / "low-0000.params"))
+    for block in (low, imported):
+        assert dict(block._flags).get("static_alloc") is True
+        inputs = [mx.nd.random.uniform(-1, 1, shape) for shape in ((2, 5, 8), (2, 5, 8), (3, 9, 8), (1, 2, 8))]
+        outputs = [block(x) for x in inputs]
+        for x, y in zip(inputs, outputs):
+            assert y.shape == x.shape[:2] + (4,)
+            ref = net(x).asnumpy()
+            assert abs(y.asnumpy() - ref).max() <= 0.02 * abs(ref).max() + 1e-3
