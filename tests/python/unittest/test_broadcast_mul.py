@@ -101,14 +101,19 @@ def test_bad_inputs_are_named():
         mx.nd.amp_broadcast_mul(f32, f32, dtype="float16").wait_to_read()
 
 
-def _gated(read_by_dense=True):
-    """A squeeze-excitation gate times its features; a Dense (bfloat16) reads the product, or it is the output."""
+def _gated(read_by_dense=True, side=False):
+    """A squeeze-excitation gate times its features; a Dense (bfloat16) reads the product, or it is the output.
+    ``side``: a convolution reads the features too (bfloat16), so the product reads them through a cast."""
     x = mx.sym.var("data")
     feat = mx.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=4, name="feat")
     gate = mx.sym.sigmoid(mx.sym.Convolution(mx.sym.mean(feat, axis=(2, 3), keepdims=True), kernel=(1, 1),
-                                             num_filter=4, name="squeeze"))
+                                             num_filter=4, name="squeeze"), name="gate")
     product = mx.sym.broadcast_mul(feat, gate, name="gated")
-    return mx.sym.FullyConnected(product, num_hidden=3, name="fc") if read_by_dense else product
+    if not read_by_dense:
+        return product
+    out = mx.sym.FullyConnected(product, num_hidden=3, name="fc")
+    return out + mx.sym.FullyConnected(mx.sym.Convolution(feat, kernel=(1, 1), num_filter=2), num_hidden=3) \
+        if side else out
 
 
 def test_float32_products_that_only_bfloat16_readers_take_run_on_the_library_kernel(tmp_path, monkeypatch):
@@ -124,9 +129,15 @@ def test_float32_products_that_only_bfloat16_readers_take_run_on_the_library_ker
         nodes = json.loads(out.tojson(remove_amp_cast=False))["nodes"]
         node = next(n for n in nodes if n["name"] == "gated")
         readers = [n for n in nodes if any(nodes[src] is node for src, _, _ in n["inputs"])]
-        return node["op"], node.get("attrs", {}).get("dtype"), sorted(n["op"] for n in readers)
-    assert product(_gated()) == ("amp_broadcast_mul", "bfloat16", ["amp_fully_connected"])
-    assert product(_gated(read_by_dense=False))[0] == "broadcast_mul"
+        operands = [nodes[src] for src, _, _ in node["inputs"]]
+        return (node["op"], node.get("attrs", {}).get("dtype"), sorted(n["op"] for n in readers),
+                [(n["name"], n.get("attrs", {}).get("out_dtype")) for n in operands])
+    # the convolution writes float32 where only float32 readers take its output
+    assert product(_gated()) == ("amp_broadcast_mul", "bfloat16", ["amp_fully_connected"],
+                                 [("feat", "float32"), ("gate", None)])
+    # where a bfloat16 reader takes it too, the product reads the bfloat16 output, not the cast to float32 beside it
+    assert product(_gated(side=True))[3] == [("feat", None), ("gate", None)]
+    assert product(_gated(read_by_dense=False))[0] == "broadcast_mul"  # the graph's output: float32
     assert product(_gated(), inference=False)[0] == "broadcast_mul"
     assert product(_gated(), emulate=True)[0] == "broadcast_mul"
 

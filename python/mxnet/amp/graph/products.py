@@ -50,9 +50,9 @@ def rounded_products(graph: dict, var_dtypes: Mapping[str, Any], dtype: str, ker
         alias.update({(r, 0): (nid, 0) for r in readers[(nid, 0)]})
     if not replaced:
         return graph
-    still_read = {tuple(e[:2]) for n, node in enumerate(nodes) if n not in replaced and (n, 0) not in alias
-                  for e in node["inputs"]} | {tuple(e[:2]) for node in replaced.values() for e in node["inputs"]} | heads
-    widening = {e[0] for node in replaced.values() for e in node["inputs"]}
-    bypassed = {tuple(e[:2])[0] for n in replaced for e in nodes[n]["inputs"]} - widening
-    dropped = {n for n in bypassed if (n, 0) not in still_read} | {r for r, _ in alias}
-    return compact(dict(graph, nodes=[replaced.get(n, node) for n, node in enumerate(nodes)]), dropped, alias)
+    graph = dict(graph, nodes=[replaced.get(n, node) for n, node in enumerate(nodes)])
+    dropped = {r for r, _ in alias}  # the products' casts
+    read = heads | {tuple(e[:2]) for n, node in enumerate(graph["nodes"]) if n not in dropped for e in node["inputs"]}
+    former = {src for n in replaced for src, _, _ in nodes[n]["inputs"]}  # the widening casts bypassed among them
+    dropped |= {n for n in former if nodes[n]["op"] == "amp_cast" and (n, 0) not in read}
+    return compact(graph, dropped, alias)

@@ -77,9 +77,11 @@ struct Walk {
   }
 };
 
-const char* at(const void* p, int64_t offset, int dtype) {
+// Element offset of an array of dtype, as a pointer.
+const void* at(const void* p, int64_t offset, int dtype) {
   return static_cast<const char*>(p) + offset * element_bytes(dtype);
 }
+void* at(void* p, int64_t offset, int dtype) { return static_cast<char*>(p) + offset * element_bytes(dtype); }
 
 }  // namespace
 
@@ -113,7 +115,7 @@ void cpu_broadcast_mul(const Strided& x, const Strided& z, void* dst, int dst_dt
       w.offsets(r, &ox, &oz, &od);
       if (!reduce) {
         l.mul(x.dtype, at(x.data, ox, x.dtype), kx, z.dtype, at(z.data, oz, z.dtype), kz, dst_dtype,
-              const_cast<char*>(at(dst, od, dst_dtype)), n);
+              at(dst, od, dst_dtype), n);
       } else {
         float sum = 0.0f;
         l.mul_acc(x.dtype, at(x.data, ox, x.dtype), kx, z.dtype, at(z.data, oz, z.dtype), kz, &sum, true, n);

@@ -23,38 +23,19 @@ namespace {
 
 constexpr char kMul[] = "amp_broadcast_mul";
 
-// The output dtype: float32 or bfloat16; absent or None: -1 (the widest operand's).
-bool parse_dtype(const Attrs& attrs, int* dtype) {
-  const auto it = attrs.find("dtype");
-  *dtype = -1;
-  if (it == attrs.end() || it->second == "None") return true;
-  *dtype = it->second == "float32" ? kFloat32 : it->second == "bfloat16" ? kBfloat16 : -2;
-  if (*dtype == -2) {
-    MX_ERROR_MSG << kMul << ": attribute dtype must be float32, bfloat16 or None (got '" << it->second << "')";
-    return false;
-  }
-  return true;
-}
-
 std::vector<int64_t> dims(const std::vector<unsigned int>& s) { return std::vector<int64_t>(s.begin(), s.end()); }
 std::vector<int64_t> dims(const std::vector<int64_t>& s) { return s; }
 
-std::string shape_string(const std::vector<int64_t>& s) {
-  std::string text = "(";
-  for (size_t d = 0; d < s.size(); ++d) text += (d ? ", " : "") + std::to_string(s[d]);
-  return text + (s.size() == 1 ? ",)" : ")");
-}
-
 bool full_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* full) {
   if (broadcast_shape(a, b, full)) return true;
-  MX_ERROR_MSG << kMul << ": operands of shapes " << shape_string(a) << " and " << shape_string(b)
+  MX_ERROR_MSG << kMul << ": operands of shapes " << shape_text(a) << " and " << shape_text(b)
                << " do not broadcast (NumPy's rule: from the last dimension, sizes equal or 1)";
   return false;
 }
 
 MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
   int dtype = -1;
-  if (!parse_dtype(attrs, &dtype)) return MX_FAIL;
+  if (!parse_output_dtype(kMul, attrs, &dtype)) return MX_FAIL;
   *num_in = 2;
   *num_out = 1;
   return MX_SUCCESS;
@@ -62,7 +43,7 @@ MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
 
 MXReturnValue infer_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
   int dtype = -1;
-  if (!parse_dtype(attrs, &dtype)) return MX_FAIL;
+  if (!parse_output_dtype(kMul, attrs, &dtype)) return MX_FAIL;
   for (size_t i = 0; i < in->size(); ++i) {
     const int d = (*in)[i];
     if (d != -1 && d != kFloat32 && d != kBfloat16) {

@@ -24,12 +24,6 @@ namespace {
 constexpr char kConcat[] = "amp_concat";
 using Shape = std::vector<unsigned int>;
 
-std::string shape_string(const Shape& s) {
-  std::string text = "(";
-  for (size_t d = 0; d < s.size(); ++d) text += (d ? ", " : "") + std::to_string(s[d]);
-  return text + ")";
-}
-
 bool parse_concat(const Attrs& attrs, int* num_args, long* dim) {
   if (!parse_num_args(kConcat, attrs, num_args)) return false;
   const auto it = attrs.find("dim");
@@ -92,8 +86,8 @@ MXReturnValue infer_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
     bool fits = s.size() == first.size();
     for (size_t d = 0; fits && d < s.size(); ++d) fits = static_cast<int>(d) == axis || s[d] == first[d];
     if (!fits) {
-      MX_ERROR_MSG << kConcat << ": input " << i << " has shape " << shape_string(s) << "; it must match input 0's "
-                   << shape_string(first) << " but along dim " << dim;
+      MX_ERROR_MSG << kConcat << ": input " << i << " has shape " << shape_text(s) << "; it must match input 0's "
+                   << shape_text(first) << " but along dim " << dim;
       return MX_FAIL;
     }
     shape[axis] += s[axis];

@@ -159,6 +159,18 @@ bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype) {
   return true;
 }
 
+bool parse_output_dtype(const char* op, const Attrs& attrs, int* dtype) {
+  const auto it = attrs.find("dtype");
+  *dtype = -1;
+  if (it == attrs.end() || it->second == "None") return true;
+  *dtype = it->second == "float32" ? kFloat32 : it->second == "bfloat16" ? kBfloat16 : -2;
+  if (*dtype == -2) {
+    MX_ERROR_MSG << op << ": attribute dtype must be float32, bfloat16 or None (got '" << it->second << "')";
+    return false;
+  }
+  return true;
+}
+
 bool check_data_dtype(const char* op, int* dtype) {
   if (*dtype == -1) *dtype = kFloat32;
   if (*dtype != kFloat32 && *dtype != kBfloat16) {

@@ -55,6 +55,17 @@ bool parse_tuple(const char* op, const Attrs& attrs, const char* key, long minim
 /*! \brief Reads the "dtype" attribute: float32, float16 or bfloat16. */
 bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype);
 
+/*! \brief Reads an output's "dtype" attribute: float32 or bfloat16; absent or "None": -1 (the op's default). */
+bool parse_output_dtype(const char* op, const Attrs& attrs, int* dtype);
+
+/*! \brief A shape as Python writes a tuple: "(2, 3)", "(4,)", "()". */
+template <typename T>
+std::string shape_text(const std::vector<T>& shape) {
+  std::string text = "(";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
 /*! \brief The data dtype of an op on float32 or bfloat16 data: unknown (-1) becomes float32; another is an error
  *         naming op. */
 bool check_data_dtype(const char* op, int* dtype);

@@ -68,19 +68,6 @@ bool check_last_axis(const char* op, long axis, size_t ndim) {
   return true;
 }
 
-// The output dtype: float32 or bfloat16; absent or None: the data's (-1).
-bool parse_dtype(const char* op, const Attrs& attrs, int* dtype) {
-  const auto it = attrs.find("dtype");
-  *dtype = -1;
-  if (it == attrs.end() || it->second == "None") return true;
-  *dtype = it->second == "float32" ? kFloat32 : it->second == "bfloat16" ? kBfloat16 : -2;
-  if (*dtype == -2) {
-    MX_ERROR_MSG << op << ": attribute dtype must be float32, bfloat16 or None (got '" << it->second << "')";
-    return false;
-  }
-  return true;
-}
-
 void rows_cols(const MXTensor& t, int64_t* rows, int64_t* cols) {
   *cols = t.shape.empty() ? 1 : t.shape.back();
   *rows = *cols == 0 ? 0 : t.size() / *cols;
@@ -102,7 +89,7 @@ struct NormParams {
 
 bool parse_norm(const Attrs& attrs, NormParams* p) {
   bool output_mean_var = false;
-  if (!parse_axis(kLayerNorm, attrs, &p->axis) || !parse_dtype(kLayerNorm, attrs, &p->dtype) || !parse_float(kLayerNorm, attrs, "eps", 1e-5f, &p->eps) ||
+  if (!parse_axis(kLayerNorm, attrs, &p->axis) || !parse_output_dtype(kLayerNorm, attrs, &p->dtype) || !parse_float(kLayerNorm, attrs, "eps", 1e-5f, &p->eps) ||
       !parse_bool(kLayerNorm, attrs, "output_mean_var", false, &output_mean_var)) {
     return false;
   }
@@ -240,7 +227,7 @@ bool parse_softmax(const char* op, const Attrs& attrs, SoftmaxParams* p) {
   Attrs given = attrs;  // "None" means the default for these two
   if (t != attrs.end() && t->second == "None") given.erase("temperature");
   if (u != attrs.end() && u->second == "None") given.erase("use_length");
-  if (!parse_axis(op, attrs, &p->axis) || !parse_dtype(op, attrs, &p->dtype) || !parse_double(op, given, "temperature", 1.0, &p->temperature) ||
+  if (!parse_axis(op, attrs, &p->axis) || !parse_output_dtype(op, attrs, &p->dtype) || !parse_double(op, given, "temperature", 1.0, &p->temperature) ||
       !parse_bool(op, given, "use_length", false, &p->use_length)) {
     return false;
   }
