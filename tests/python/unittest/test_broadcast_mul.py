@@ -9,11 +9,10 @@ import pytest
 from mxnet import amp, autograd
 
 from mxnet.amp.base.dtypes import BFLOAT16
-from mxnet.amp.core import cpu
 from mxnet.amp.core.policy import make_policy
 from mxnet.amp.graph.rewrite import rewrite_symbol
 
-from amp_testing import bf16_round, cpuinfo_of_class
+from amp_testing import bf16_round
 
 SHAPES = [
     ((4, 24, 7, 9), (4, 24, 1, 1)),     # a squeeze-excitation gate: runs of one value
@@ -116,13 +115,10 @@ def _gated(read_by_dense=True, side=False):
         if side else out
 
 
-def test_float32_products_that_only_bfloat16_readers_take_run_on_the_library_kernel(tmp_path, monkeypatch):
+def test_float32_products_that_only_bfloat16_readers_take_run_on_the_library_kernel(class_c):
     """On a CPU running bfloat16 natively (class (c), mocked), an inference graph's product whose readers all cast
     it to bfloat16 runs on amp_broadcast_mul writing bfloat16, its cast gone; a product that is the graph's output,
     a training graph and emulation keep MXNet's float32 product."""
-    for env in ("MXNET_AMP_EMULATE", cpu.CLASS_ENV) + cpu.ISA_CAP_ENVS:  # the stand-ins' caps: no kernel runs here
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, "c"))
 
     def product(sym, inference=True, **kwargs):
         out, _ = rewrite_symbol(sym, make_policy("bfloat16", **kwargs), "cpu", inference=inference)

@@ -8,11 +8,10 @@ import pytest
 from mxnet import amp, autograd
 
 from mxnet.amp.base.dtypes import BFLOAT16
-from mxnet.amp.core import cpu
 from mxnet.amp.core.policy import make_policy
 from mxnet.amp.graph.rewrite import rewrite_symbol
 
-from amp_testing import bf16_round, cpuinfo_of_class
+from amp_testing import bf16_round
 
 
 def _arrays(shapes, dtype, seed=0):
@@ -71,13 +70,10 @@ def _graph():
     return mx.sym.Concat(a, b, x, dim=1, name="cat"), a, b
 
 
-def test_inference_graphs_concatenate_bfloat16_on_the_library_kernel(tmp_path, monkeypatch):
+def test_inference_graphs_concatenate_bfloat16_on_the_library_kernel(class_c):
     """On a CPU running bfloat16 natively (class (c), mocked), an inference graph's Concat of bfloat16 inputs runs
     on amp_concat; a Concat reading float32 (the model's input among its inputs), a training graph, emulation and
     kernels="mxnet" keep MXNet's."""
-    for env in ("MXNET_AMP_EMULATE", cpu.CLASS_ENV) + cpu.ISA_CAP_ENVS:  # the stand-ins' caps: no kernel runs here
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, "c"))
     sym, a, b = _graph()
     low_inputs = mx.sym.Concat(a, b, dim=1, name="cat")
 

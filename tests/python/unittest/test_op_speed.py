@@ -22,18 +22,9 @@ from mxnet.amp.graph.rewrite import rewrite_graph, rewrite_symbol
 from mxnet.amp.graph.symbol_json import CAST_OPS, to_graph
 from mxnet.amp.inference.convert import convert
 
-from amp_testing import bf16_round, cpuinfo_of_class, requires_native_plan
+from amp_testing import bf16_round, requires_native_plan
 
 MEASURED = sorted(name for name, table in lists.op_speed_evidence()["classes"].items() if table)
-
-
-@pytest.fixture
-def class_c(tmp_path, monkeypatch):
-    """The policy believes it runs on CPU class (c), where the default plan runs bfloat16 natively (the stand-in
-    variables that would lower the class cleared: these tests run no kernel)."""
-    for env in ("MXNET_AMP_EMULATE", cpu.CLASS_ENV) + cpu.ISA_CAP_ENVS:
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setenv(cpu.CPUINFO_ENV, cpuinfo_of_class(tmp_path, "c"))
 
 
 def natively_slow(graph, var_dtypes, class_name="c"):
