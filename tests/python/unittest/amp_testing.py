@@ -148,3 +148,14 @@ def check_float32_params(op, x, w, b, head, **attrs):
         got, want = got.asnumpy(), mx.nd.amp_cast(want, dtype=np.float32).asnumpy()
         np.testing.assert_allclose(bf16_round(got), want, rtol=2 ** -7, atol=2 ** -8 * np.abs(want).max())
     return grads
+
+
+def converted_deviation_and_ops(net, x, dtype="bfloat16"):
+    """Convert ``net`` with ``amp.convert_hybrid_block(net, x, dtype)``; return its largest deviation from ``net``'s
+    float32 output (relative to that output's largest value) and the set of ops in its graph."""
+    import json
+    from mxnet import amp
+    ref = net(x).asnumpy()
+    low = amp.convert_hybrid_block(net, x, dtype)
+    deviation = float(np.abs(low(x).asnumpy() - ref).max() / np.abs(ref).max())
+    return deviation, {n["op"] for n in json.loads(low._cached_graph[1].tojson())["nodes"]}
