@@ -22,8 +22,8 @@ from .infer import infer_entry_dtypes, lp_input_dtypes, output_dtypes
 from .plan import NodePlan, kernel_op, plan_node
 from .postops import (drop_noop_casts, fanout_copies, float32_islands, float32_library_outputs, fuse_activation,
                       fuse_hard_activations, fuse_scale, fuse_sum, library_casts, storage_kernels)
-from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 from .products import rounded_products
+from .symbol_json import CAST_OPS, Entry, assemble, entry_uses, num_outputs, record_shapes, to_graph, to_symbol
 
 __all__ = ["rewrite_symbol", "rewrite_graph", "route_library_kernels"]
 

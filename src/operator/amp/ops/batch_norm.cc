@@ -182,17 +182,11 @@ bool training(const BatchNormParams& p, const MXTensor& mode) {
   return !p.use_global_stats && static_cast<const float*>(mode.data_ptr)[0] != 1.0f;
 }
 
-bool check_cpu(const std::vector<MXTensor>& tensors) {
-  if (!on_gpu(tensors)) return true;
-  MX_ERROR_MSG << kBatchNorm << ": runs on CPU only (got GPU tensors)";
-  return false;
-}
-
 MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                       const OpResource& res) {
   BatchNormParams p;
   BatchNormForward a;
-  if (!parse_bn(attrs, &p) || !check_cpu(*inputs) || !bn_shape(p, (*inputs)[kData].shape, &a.shape)) return MX_FAIL;
+  if (!parse_bn(attrs, &p) || !check_cpu(kBatchNorm, *inputs) || !bn_shape(p, (*inputs)[kData].shape, &a.shape)) return MX_FAIL;
   a.dtype = static_cast<int>((*inputs)[kData].dtype);
   a.x = (*inputs)[kData].data_ptr;
   a.y = (*outputs)[0].data_ptr;
@@ -220,7 +214,7 @@ MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
   BatchNormBackward a;
   const std::vector<MXTensor>& in = *inputs;
   const MXTensor& x = in[kOutputs + kData];
-  if (!parse_bn(attrs, &p) || !check_cpu(in) || !bn_shape(p, x.shape, &a.shape)) return MX_FAIL;
+  if (!parse_bn(attrs, &p) || !check_cpu(kBatchNorm, in) || !bn_shape(p, x.shape, &a.shape)) return MX_FAIL;
   for (int i = kMovingMean; i < kInputs; ++i) {  // the statistics and the mode get no gradient
     std::memset((*outputs)[i].data_ptr, 0, (*outputs)[i].size() * sizeof(float));
   }

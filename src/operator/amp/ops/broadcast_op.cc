@@ -75,15 +75,9 @@ Strided strided(const MXTensor& t) {
   return s;
 }
 
-bool check_cpu(const std::vector<MXTensor>& tensors) {
-  if (!on_gpu(tensors)) return true;
-  MX_ERROR_MSG << kMul << ": runs on CPU only (got GPU tensors)";
-  return false;
-}
-
 MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                       const OpResource& res) {
-  if (!check_cpu(*inputs)) return MX_FAIL;
+  if (!check_cpu(kMul, *inputs)) return MX_FAIL;
   const Strided a = strided((*inputs)[0]), b = strided((*inputs)[1]);
   MXTensor& y = (*outputs)[0];
   std::vector<int64_t> full;
@@ -95,7 +89,7 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
 
 MXReturnValue backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                        const OpResource& res) {
-  if (!check_cpu(*inputs)) return MX_FAIL;
+  if (!check_cpu(kMul, *inputs)) return MX_FAIL;
   const Strided dy = strided((*inputs)[0]), a = strided((*inputs)[1]), b = strided((*inputs)[2]);
   std::vector<int64_t> full;
   if (!full_shape(a.shape, b.shape, &full)) return MX_FAIL;

@@ -125,10 +125,7 @@ MXReturnValue copy_rows(const Attrs& attrs, MXTensor* y, std::vector<MXTensor*> 
 
 MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                       const OpResource& res) {
-  if (on_gpu(*inputs)) {
-    MX_ERROR_MSG << kConcat << ": runs on CPU only (got GPU tensors)";
-    return MX_FAIL;
-  }
+  if (!check_cpu(kConcat, *inputs)) return MX_FAIL;
   std::vector<MXTensor*> parts;
   for (MXTensor& x : *inputs) parts.push_back(&x);
   return copy_rows(attrs, &(*outputs)[0], parts, false);

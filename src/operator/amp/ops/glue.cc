@@ -159,6 +159,12 @@ bool parse_target_dtype(const char* op, const Attrs& attrs, int* dtype) {
   return true;
 }
 
+bool check_cpu(const char* op, const std::vector<MXTensor>& tensors) {
+  if (!on_gpu(tensors)) return true;
+  MX_ERROR_MSG << op << ": runs on CPU only (got GPU tensors)";
+  return false;
+}
+
 bool parse_output_dtype(const char* op, const Attrs& attrs, int* dtype) {
   const auto it = attrs.find("dtype");
   *dtype = -1;

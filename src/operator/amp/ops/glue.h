@@ -80,6 +80,9 @@ bool to_refs(const char* op, const char* role, std::vector<mxnet::ext::MXTensor>
 /*! \brief Whether the tensors live on a GPU (all tensors of one call share a context). */
 bool on_gpu(const std::vector<mxnet::ext::MXTensor>& tensors);
 
+/*! \brief Whether the tensors live on the CPU; if not, reports that op runs on CPU only. */
+bool check_cpu(const char* op, const std::vector<mxnet::ext::MXTensor>& tensors);
+
 /*! \brief The result of a CUDA launch (nullptr or its error string); an error is reported naming op. */
 mxnet::ext::MXReturnValue cuda_result(const char* op, const char* error);
 

@@ -73,12 +73,6 @@ void rows_cols(const MXTensor& t, int64_t* rows, int64_t* cols) {
   *rows = *cols == 0 ? 0 : t.size() / *cols;
 }
 
-bool check_cpu(const char* op, const std::vector<MXTensor>& tensors) {
-  if (!on_gpu(tensors)) return true;
-  MX_ERROR_MSG << op << ": runs on CPU only (got GPU tensors)";
-  return false;
-}
-
 // ---- amp_layer_norm ---------------------------------------------------------------------------------------------
 
 struct NormParams {
