@@ -2,9 +2,18 @@
 
 A green run on a CPU without AVX-512, or without a GPU, skips whole tiers; the table says which, so that a pass
 here is not read as a pass there.
+
+The tests check the graph rewrite on tiny models, which ``amp.init`` keeps in float32 by default (their products do
+too little arithmetic for low precision to pay: ``amp.init(min_graph_macs=...)``). Every tier runs with the floor at
+0 unless a test says otherwise, in its process and in the children it starts; test_small_graphs.py tests the
+default, and the documentation's code blocks run without this setting (test_docs.py).
 """
 import collections
 import os
+
+from mxnet.amp.autocast.graphs import FLOOR_ENV
+
+os.environ.setdefault(FLOOR_ENV, "0")
 
 
 def _reason(report):

@@ -25,6 +25,7 @@ from .inference.summary import Conversion, ConversionSummary
 from . import lists
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions, list_lp16_fp32_ops,
                     list_lp16_ops, list_lp16_use_fp32_params, list_widest_type_cast)
+from .training.diagnosis import diagnose, diagnose_block
 from .training.loss_scaler import LossScaler
 from .training.states import load_state_dict, load_states, state_dict
 from .training.trainer import get_loss_scaler, init_trainer, scale_loss, unscale
@@ -34,7 +35,8 @@ __all__ = ["SlowBfloat16Warning", "init", "reset", "disable", "is_enabled", "tar
            "load_state_dict", "load_states", "convert_symbol", "convert_model", "convert_hybrid_block",
            "convert_bucketing_module", "Conversion", "ConversionSummary", "export_onnx", "optimize_layout",
            "convert_layout", "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops",
-           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "lists"]
+           "list_widest_type_cast", "list_loss_output_functions", "list_lp16_use_fp32_params", "lists", "diagnose",
+           "diagnose_block"]
 
 #: Modules of mxnet.amp 0.1 that moved into the subpackages: ``from mxnet.amp import policy`` says where.
 MOVED = {"_ext": "mxnet.amp.core.library and mxnet.amp.core.ops", "advice": "mxnet.amp.core.advice",

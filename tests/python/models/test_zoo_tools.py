@@ -110,7 +110,7 @@ def test_gluoncv_detector(tmp_path):
     """A GluonCV SSD (random weights): bfloat16 conversion -> export -> reload gives the same detections, and
     the doctor runs on it. Skipped without gluoncv (not a requirement of this project)."""
     model_zoo = pytest.importorskip("gluoncv.model_zoo", reason="gluoncv is not installed")
-    from mxnet.amp.cli.doctor import diagnose_block
+    from mxnet.amp import diagnose_block
     mx.random.seed(0)
     net = model_zoo.get_model("ssd_512_mobilenet1.0_voc", pretrained=False, pretrained_base=False)
     net.initialize()  # Gluon's default: its expand_trans_bn layers have vectors Xavier cannot fill

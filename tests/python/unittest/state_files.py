@@ -175,8 +175,13 @@ def evil_module(folder, marker, index):
     return name
 
 
+#: The kinds of :func:`payloads`, for parametrising without writing a module anywhere.
+PAYLOAD_KINDS = ("builtins.eval", "builtins.exec", "importlib.import_module", "os.system", "subprocess.call")
+
+
 def payloads(marker, folder, index=0):
-    """``{kind: (object that runs code creating marker when unpickled, the global a loader must name)}``."""
+    """``{kind: (object that runs code creating marker when unpickled, the global a loader must name)}`` (writes the
+    importable module of ``importlib.import_module`` into ``folder``)."""
     touch = "open(%r, 'w').close()" % marker
     return {
         "os.system": (Payload(os.system, "touch %s" % marker), "%s.system" % os.system.__module__),

@@ -6,7 +6,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet.amp.cli.doctor import diagnose, diagnose_block
+from mxnet.amp import diagnose, diagnose_block
 
 
 def _model(weight_scale, input_scale=1.0):

@@ -76,8 +76,28 @@ def _train(steps, fused=True):
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused update", "MXNet's update"])
-def test_every_amp_step_trims_once(monkeypatch, fused):
+def test_every_amp_step_asks_for_a_trim_once(monkeypatch, fused):
     calls = []
-    monkeypatch.setattr(step_module, "trim_free_heap", lambda: calls.append(1) or True)
+    monkeypatch.setattr(step_module, "trim_between_steps", lambda: calls.append(1) or True)
     _train(3, fused)
     assert len(calls) == 3
+
+
+def test_the_trim_is_paced_to_its_cost_share(monkeypatch):
+    """A trim that took 2 ms waits 2 / COST_SHARE = 200 ms of steps before the next one runs."""
+    trims, now = [], [0.0]
+
+    def fake_trim():
+        trims.append(now[0])
+        now[0] += 0.002
+        return True
+
+    monkeypatch.setattr(heap, "trim_free_heap", fake_trim)
+    monkeypatch.setattr(heap, "_PACE", {"end": float("-inf"), "cost": 0.0})
+    returned = []
+    for _ in range(300):  # 1 ms steps
+        returned.append(heap.trim_between_steps(clock=lambda: now[0]))
+        now[0] += 0.001
+    gaps = np.diff(trims)
+    assert len(trims) == 2 and sum(returned) == 2
+    assert gaps[0] == pytest.approx(0.002 + 0.002 / heap.COST_SHARE, abs=0.0011), gaps  # its cost, then 200 ms

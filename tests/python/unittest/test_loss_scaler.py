@@ -214,3 +214,25 @@ def test_numpy_scalars_are_accepted():
     assert type(scaler.config.growth_interval) is int and type(scaler.scale) is float
     with pytest.raises(TypeError, match="growth_interval must be an int"):
         LossScaler(growth_interval=np.float64(100.0))
+
+
+def test_a_static_scaler_counts_its_device_flags_on_the_host_without_device_steps(monkeypatch):
+    """bfloat16's static scale: no amp_scaler_update per step; the flags are counted when the state is read, or
+    every FLAG_BATCH steps, and the state is the host rule's, exactly."""
+    import mxnet as mx
+    from mxnet.amp.core import ops
+    from mxnet.amp.training import loss_scaler as module
+    monkeypatch.setattr(ops, "scaler_update", lambda *a, **k: pytest.fail("a static scale ran a device step"))
+    scaler, reference = LossScaler.default_for("bfloat16"), ScalerState(scale=1.0)
+    finite = [True] * (module.FLAG_BATCH + 5)
+    finite[3] = finite[module.FLAG_BATCH + 2] = False
+    for step, ok in enumerate(finite, 1):
+        scaler.update_on_device(mx.nd.array([1.0 if ok else 0.0]))
+        reference = next_state(scaler.config, reference, ok)
+        assert len(scaler._flags) == step % module.FLAG_BATCH  # folded once FLAG_BATCH wait
+    assert scaler.loss_scale() == 1.0
+    assert scaler.state == reference
+    assert (scaler.steps, scaler.skipped_steps, scaler.last_overflow_step) == (len(finite), 2, module.FLAG_BATCH + 3)
+    scaler.update_on_device(mx.nd.array([0.0]))
+    scaler.load_state_dict(LossScaler.default_for("bfloat16").state_dict())  # pending flags go with the old state
+    assert scaler.steps == 0 and scaler.skipped_steps == 0

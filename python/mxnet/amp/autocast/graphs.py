@@ -5,17 +5,26 @@ so a hybridized block pays nothing per call and each weight is cast once however
 Each function here makes the hook that replaces one MXNet method, given the original.
 """
 import functools
+import logging
+import os
 import warnings
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import mxnet as mx
 
+from .. import lists
+from ..core.policy import LP16, Policy
 from ..graph import layout
 from ..graph.rewrite import rewrite_symbol
 from ..graph.symbol_json import drop_rounding, to_graph, to_symbol, with_var_dtypes
+from ..graph.work import product_macs
 from .context import STATE, active_policy
 
-__all__ = ["get_graph", "export", "bind", "forget_rewrite"]
+__all__ = ["FLOOR_ENV", "get_graph", "export", "bind", "forget_rewrite"]
+
+_LOG = logging.getLogger("mxnet.amp")
+#: The default of ``amp.init(min_graph_macs=...)`` where set: an int >= 0 (0 rewrites every graph).
+FLOOR_ENV = "MXNET_AMP_MIN_GRAPH_MACS"
 
 
 def _is_array(x) -> bool:
@@ -34,6 +43,41 @@ def _device_type(arrays, default="cpu"):
     return next((a.context.device_type for a in arrays if _is_array(a)), default)
 
 
+def _graph_floor(policy: Policy, device_type: str) -> int:
+    """The multiply-accumulates per forward pass below which a graph on ``device_type`` stays float32: the policy's
+    ``min_graph_macs``, else :data:`FLOOR_ENV`, else the measured floor (``lists.training_graph_floor``).
+
+    Raises
+    ------
+    ValueError
+        :data:`FLOOR_ENV` is set to anything but an int >= 0.
+    """
+    if policy.min_graph_macs is not None:
+        return policy.min_graph_macs
+    text = os.environ.get(FLOOR_ENV, "").strip()
+    if not text:
+        return lists.training_graph_floor(policy.target_dtype, device_type)
+    if not text.isdigit():
+        raise ValueError("%s=%r: expected an int >= 0 (multiply-accumulates per forward pass; 0 rewrites every "
+                         "graph)" % (FLOOR_ENV, text))
+    return int(text)
+
+
+def _stays_float32(sym, policy: Policy, device_type: str, var_shapes: Mapping[str, Sequence[int]], what: str) -> bool:
+    """Whether ``sym`` does too little arithmetic for low precision to pay (:func:`_graph_floor`): it is not
+    rewritten, and one info line says so."""
+    floor = _graph_floor(policy, device_type)
+    if floor == 0 or not var_shapes:
+        return False
+    macs = product_macs(sym, var_shapes, lambda op: policy.action(op) == LP16)
+    if macs is None or macs >= floor:
+        return False
+    _LOG.info("amp: %s does %d multiply-accumulates per forward pass, below the %d where %s pays on %s: it runs in "
+              "float32 (amp.init(min_graph_macs=0) converts it anyway)", what, macs, floor, policy.target_dtype,
+              device_type)
+    return True
+
+
 def get_graph(original: Callable) -> Callable:
     """The ``HybridBlock._get_graph`` hook: rewrite the cached graph once, when it is (re)built under AMP."""
     @functools.wraps(original)
@@ -47,9 +91,11 @@ def get_graph(original: Callable) -> Callable:
         var_dtypes.update({s.name: a.dtype for s, a in zip(inputs, flat) if _is_array(a)})
         var_shapes = {s.name: a.shape for s, a in zip(inputs, flat) if _is_array(a)}
         before = inputs, out
-        out, _ = rewrite_symbol(out, policy, _device_type(flat), var_dtypes, var_shapes)
-        if policy.layout_optimization:
-            out = _channels_last(out, inputs, flat)
+        device_type = _device_type(flat)
+        if not _stays_float32(out, policy, device_type, var_shapes, "block %r" % self.name):
+            out, _ = rewrite_symbol(out, policy, device_type, var_dtypes, var_shapes)
+            if policy.layout_optimization:
+                out = _channels_last(out, inputs, flat)
         self._cached_graph = inputs, out
         self._amp_graph = out
         self.__dict__.setdefault("_amp_original", before)
@@ -117,6 +163,8 @@ def bind(original: Callable, method: str) -> Callable:
         else:  # simple_bind(ctx, grad_req, type_dict, stype_dict, group2ctx, ..., **shapes)
             dtypes = _inferred_dtypes(self, kwargs.get("type_dict") or {})
             shapes = {k: v for k, v in kwargs.items() if k in names}
+        if _stays_float32(self, policy, ctx.device_type, shapes, "symbol %r" % self.name):
+            return original(self, ctx, *args, **kwargs)
         sym, _ = rewrite_symbol(self, policy, ctx.device_type, dtypes, shapes)
         if not isinstance(arrays, dict):
             # a cast between a parameter and its reader hides the parameter's type from simple_bind's inference

@@ -196,11 +196,15 @@ def _wrap_op(func, op, action):
         if not arrays:
             return func(*args, **kwargs)
         act = action or policy.action(op, _attributes(signature, args, kwargs))
-        if act == NEUTRAL or (act == WIDEST and all(_dtype_name(x) == policy.target_dtype for x in arrays
-                                                     if _dtype_name(x) in FLOAT_RANK)
-                              and policy.imperative_in_float32(op, arrays[0].context.device_type)):
+        target = policy.target_dtype
+        if act == NEUTRAL or (act == WIDEST and all(_dtype_name(x) == target for x in arrays
+                                                     if _dtype_name(x) in FLOAT_RANK)):
             # float32 between casts where its low precision kernel is slow (Policy.imperative_in_float32)
-            return _neutral_in_float32(policy, op, func, arrays, args, kwargs)
+            if (kwargs.get("out") is None and any(_dtype_name(x) == target for x in arrays)
+                    and policy.imperative_in_float32(op, arrays[0].context.device_type)):
+                return _in_float32(target, func, args, kwargs)
+            if act == NEUTRAL:
+                return func(*args, **kwargs)
         convert = _converter(policy, op, act, arrays)
         if convert is None:
             return func(*args, **kwargs)
@@ -227,14 +231,9 @@ def _wrap_op(func, op, action):
     return amp_op
 
 
-def _neutral_in_float32(policy, op, func, arrays, args, kwargs):
-    """Run dtype-neutral (or widest-type, on target-dtype inputs only) ``func`` on float32 copies of its low precision
-    inputs and cast its first output back, where ``policy.imperative_in_float32`` says so (as the graph rewriter
-    does); otherwise just run it."""
-    target = policy.target_dtype
-    if (kwargs.get("out") is not None or not policy.imperative_in_float32(op, arrays[0].context.device_type)
-            or not any(_dtype_name(x) == target for x in arrays)):
-        return func(*args, **kwargs)
+def _in_float32(target, func, args, kwargs):
+    """Run dtype-neutral (or widest-type, on target-dtype inputs only) ``func`` on float32 copies of its inputs of
+    dtype ``target`` and cast its first output back (as the graph rewriter's float32 islands do)."""
     args, kwargs = _map_arrays(lambda x: _to_dtype(x, "float32") if _dtype_name(x) == target else x, args, kwargs)
     out = func(*args, **kwargs)
     if isinstance(out, (list, tuple)):

@@ -25,7 +25,7 @@ def init(target_dtype: Any = "float16", target_precision_ops: Optional[Sequence[
          conditional_fp32_ops: Optional[Sequence[Tuple[str, str, Sequence[str]]]] = None,
          fp32_ops: Optional[Sequence[str]] = None, emulate: Optional[bool] = None, layout_optimization: bool = False,
          *, extra_lp16_ops: Optional[Sequence[str]] = None, extra_fp32_ops: Optional[Sequence[str]] = None,
-         keep_lp16_outputs: bool = False, kernels: str = "auto") -> None:
+         keep_lp16_outputs: bool = False, kernels: str = "auto", min_graph_macs: Optional[int] = None) -> None:
     """Turn on automatic mixed precision for everything that runs afterwards.
 
     Call it before building the model. Calling it again with the same settings does nothing; with other
@@ -67,20 +67,20 @@ def init(target_dtype: Any = "float16", target_precision_ops: Optional[Sequence[
         Whose kernels run the matrix products, convolutions and BatchNorm: ``'auto'`` uses this project's
         oneDNN 3 kernels where the device runs the target dtype natively and they are available
         (:meth:`mxnet.amp.Policy.library_kernel`), ``'mxnet'`` always MXNet's.
+    min_graph_macs : int, optional
+        Graphs whose products do fewer multiply-accumulates per forward pass stay float32 (an info line says so);
+        default ``MXNET_AMP_MIN_GRAPH_MACS``, else :func:`mxnet.amp.lists.training_graph_floor`; 0 converts all.
 
     Raises
     ------
     ValueError
-        Unknown dtype or op name, or an op named in two overrides.
+        Unknown dtype or op name, an op named in two overrides, or a bad ``min_graph_macs``.
     RuntimeError
         ``init`` was already called with different settings.
 
     Examples
     --------
-    >>> amp.init("bfloat16")
-    >>> with amp.disable():
-    ...     y = net(x)          # runs in float32
-    >>> amp.reset()             # back to plain MXNet
+    >>> amp.init("bfloat16"); amp.reset()    # on, then back to plain MXNet
     """
     resolved, why = advice.resolve(target_dtype)
     if resolved is None:  # "auto" where low precision does not pay: AMP stays off, its trainer calls work
@@ -90,7 +90,8 @@ def init(target_dtype: Any = "float16", target_precision_ops: Optional[Sequence[
         advice.log_choice(why)
     policy = make_policy(resolved, target_precision_ops, conditional_fp32_ops, fp32_ops, emulate=emulate,
                          layout_optimization=layout_optimization, extra_lp16_ops=extra_lp16_ops,
-                         extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs, kernels=kernels)
+                         extra_fp32_ops=extra_fp32_ops, keep_lp16_outputs=keep_lp16_outputs, kernels=kernels,
+                         min_graph_macs=min_graph_macs)
     if STATE.float32_by_choice:
         raise RuntimeError("amp.init(target_dtype='auto') chose float32 on this machine; call mxnet.amp.reset() "
                            "before initialising again with %r" % (policy,))

@@ -85,6 +85,9 @@ class Policy:
         the library's kernels (which widen their operands) or in float32, MXNet's dtype-neutral ops on low precision
         data only where they move values without arithmetic (``lists.storage_ops``), in float32 between casts
         elsewhere (:func:`mxnet.amp.graph.postops.float32_islands`).
+    min_graph_macs : int or None
+        ``amp.init`` keeps a graph whose products do fewer multiply-accumulates per forward pass in float32 (None:
+        ``MXNET_AMP_MIN_GRAPH_MACS``, else ``lists.training_graph_floor``; 0 rewrites every graph).
     """
 
     target_dtype: str
@@ -99,6 +102,7 @@ class Policy:
     keep_lp16_outputs: bool = False
     kernels: str = "auto"
     storage: bool = False
+    min_graph_macs: Optional[int] = None
     _conditions: dict = field(init=False, repr=False, compare=False, hash=False)
     _replaced: frozenset = field(init=False, repr=False, compare=False, hash=False)
 
@@ -371,7 +375,7 @@ def _check_conditional(entries):
 def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None, fp32_ops=None,
                 excluded_sym_names=None, emulate=None, layout_optimization=False, extra_lp16_ops=None,
                 extra_fp32_ops=None, where="target_precision_ops", replace_widest=True, keep_lp16_outputs=False,
-                kernels="auto"):
+                kernels="auto", min_graph_macs=None):
     """Validate user settings and return a frozen :class:`Policy` (see it for what each list means).
 
     An override names an operator, so it applies to all its registered aliases (``exp`` and ``_npi_exp``...
@@ -427,6 +431,11 @@ def make_policy(target_dtype="float16", lp16_ops=None, conditional_fp32_ops=None
         raise ValueError("keep_lp16_outputs must be True or False, got %r" % (keep_lp16_outputs,))
     if not isinstance(kernels, str) or kernels not in KERNELS:
         raise ValueError("kernels must be one of %s, got %r" % (", ".join(repr(k) for k in KERNELS), kernels))
+    if min_graph_macs is not None and (isinstance(min_graph_macs, bool) or not isinstance(min_graph_macs, int)
+                                       or min_graph_macs < 0):
+        raise ValueError("min_graph_macs must be None (the measured floor) or an int >= 0 (0: rewrite every "
+                         "graph), got %r" % (min_graph_macs,))
     return Policy(dtype, with_aliases(given[where]), with_aliases(given["fp32_ops"]), conditional,
                   with_aliases(given["extra_lp16_ops"]) or (), with_aliases(given["extra_fp32_ops"]) or (),
-                  excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs), kernels)
+                  excluded, emulate, bool(layout_optimization), bool(keep_lp16_outputs), kernels,
+                  min_graph_macs=min_graph_macs)

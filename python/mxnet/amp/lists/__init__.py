@@ -30,7 +30,7 @@ from .tables import (CATEGORIES, DTYPES, LOSS_SCALE_ATTR, alias_groups, category
                      conditional_fp32, emulation_kernels, fanout_copies, float32_kernels, inference_kernels,
                      is_library_kernel, library_kernels, native_lp16_ops, native_substitutes, neutral_kernels,
                      normalize_dtype, reason, reads_float32_params, registered_forward_ops, rounded_products, stats_kernels,
-                     stats_output_dtype, transpose_swaps)
+                     stats_output_dtype, training_graph_floor, transpose_swaps)
 from .evidence import (BAD_VERDICTS, SPEED_MARGIN, SPEED_VERDICTS, cpu_class_plan, cpu_op_evidence, float32_island_ops,
                        native_evidence, natively_fed_ops, op_speed_evidence, op_speed_table, speed_timed_ops,
                        storage_evidence, storage_kernel, storage_ops)
@@ -41,7 +41,7 @@ from . import symbol_bf16, symbol_fp16  # upstream's list modules, derived from 
 __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "category", "reason", "conditional_fp32",
            "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels", "emulation_kernels",
            "float32_kernels", "neutral_kernels", "inference_kernels", "rounded_products", "fanout_copies", "stats_kernels",
-           "stats_output_dtype", "reads_float32_params", "transpose_swaps",
+           "stats_output_dtype", "reads_float32_params", "training_graph_floor", "transpose_swaps",
            "cpu_class_plan", "native_substitutes", "is_library_kernel",
            "commutes_with_rounding", "natively_fed_ops", "native_evidence", "storage_evidence", "storage_ops",
            "storage_kernel",

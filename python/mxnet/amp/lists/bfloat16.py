@@ -216,6 +216,14 @@ INFERENCE_KERNELS = {"cpu": {"Concat": "amp_concat", "concat": "amp_concat"}, "g
 ROUNDED_PRODUCTS = {"cpu": {op: "amp_broadcast_mul" for op in ("_Mul", "_mul", "_npi_multiply", "broadcast_mul",
                                                                  "elemwise_mul")}, "gpu": {}}
 
+# Per device type: the multiply-accumulates of one forward pass through a graph's products (graph.work) below which
+# amp.init keeps the graph in float32: the casts, each low precision kernel's set-up and the larger backward graph
+# cost more there than bfloat16's arithmetic saves. A training step of three Dense layers of U units (batch B, Adam,
+# hybridized) under amp.init against float32, AMD EPYC, class (c), 2026-12-07 (bench/bench_small_graphs.py):
+# 0.54 M MACs 0.51x, 2.1 M 0.80x, 4.4 M 0.38x, 8.5 M 1.00x, 17 M 0.73x, 34 M 1.32x, 68 M 1.31x, 270 M 2.04x; the
+# training matrix's models (tests/python/unittest/matrix_models.py, 1 k to 136 k MACs) ran at 0.40-0.54x.
+TRAINING_GRAPH_FLOOR = {"cpu": 24_000_000, "gpu": 0}
+
 # Per device type: whether training graphs read a low precision tensor read more than once through copies from the
 # library's amp_fanout, one per reader (graph.postops.fanout_copies), whose backward adds the readers' gradients in
 # float32 and rounds once. MXNet sums them with add_n, which has no bfloat16 kernel on CPUs: on classes (c) and (d)

@@ -69,6 +69,9 @@ INFERENCE_NEUTRAL_KERNELS = ()
 INFERENCE_KERNELS = {"cpu": {}, "gpu": {}}
 ROUNDED_PRODUCTS = {"cpu": {}, "gpu": {}}
 
+# The float32 floor of amp.init's graphs (see bfloat16.TRAINING_GRAPH_FLOOR): none measured for float16.
+TRAINING_GRAPH_FLOOR = {"cpu": 0, "gpu": 0}
+
 # Fan-out copies in training graphs (see bfloat16.FANOUT_COPIES): none for float16, whose add_n runs natively on GPUs.
 FANOUT_COPIES = {"cpu": False, "gpu": False}
 

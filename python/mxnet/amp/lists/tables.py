@@ -18,7 +18,7 @@ __all__ = ["CATEGORIES", "DTYPES", "LOSS_SCALE_ATTR", "normalize_dtype", "dtype_
            "conditional_fp32", "registered_forward_ops", "alias_groups", "native_lp16_ops", "library_kernels",
            "emulation_kernels", "float32_kernels", "neutral_kernels", "inference_kernels", "rounded_products",
            "fanout_copies", "stats_kernels", "stats_output_dtype", "reads_float32_params", "transpose_swaps", "native_substitutes",
-           "is_library_kernel", "commutes_with_rounding"]
+           "is_library_kernel", "commutes_with_rounding", "training_graph_floor"]
 
 CATEGORIES = ("lp16", "fp32", "neutral", "widest", "conditional_fp32", "loss_output")
 DTYPES = ("float16", "bfloat16")
@@ -117,6 +117,7 @@ class DtypeTable:
         self.inference_kernels = _per_device_maps(module.INFERENCE_KERNELS)
         self.rounded_products = _per_device_maps(module.ROUNDED_PRODUCTS)
         self.fanout_copies = MappingProxyType(dict(module.FANOUT_COPIES))
+        self.training_graph_floor = MappingProxyType(dict(module.TRAINING_GRAPH_FLOOR))
         self.stats_kernels = _per_device_maps(module.STATS_KERNELS)
         self.stats_float32_outputs = frozenset(module.STATS_FLOAT32_OUTPUTS)
         self.float32_param_kernels = frozenset(module.FLOAT32_PARAM_KERNELS)
@@ -402,6 +403,11 @@ def rounded_products(dtype: Any, device_type: str) -> Mapping[str, str]:
     graphs where ``device_type`` runs ``dtype`` natively and only low precision readers take the result
     (``broadcast_mul`` -> ``amp_broadcast_mul`` on CPUs). ValueError for an unknown dtype or device type."""
     return _for_device(dtype_table(dtype).rounded_products, device_type)
+
+
+def training_graph_floor(dtype: Any, device_type: str) -> int:
+    """The forward multiply-accumulates below which ``amp.init`` keeps a graph float32 (ValueError: unknown dtype)."""
+    return _for_device(dtype_table(dtype).training_graph_floor, device_type)
 
 
 def fanout_copies(dtype: Any, device_type: str) -> bool:

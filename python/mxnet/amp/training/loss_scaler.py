@@ -12,9 +12,11 @@ Dynamic scaling (the float16 default): the scale is multiplied by ``backoff_fact
 the step that overflowed is skipped, so there is no one-step lag. Static scaling keeps the scale fixed but still
 skips non-finite steps; bfloat16 defaults to a static scale of 1 (its exponent range is float32's).
 
-A trainer stepping without host syncs advances the state on the device instead (a
+A trainer stepping without host syncs advances a dynamic state on the device instead (a
 :class:`~mxnet.amp.device_scaler.DeviceMirror`, the same rule in float64); the host copy is brought up to date
-the next time anything reads it (``scale``, ``state``, ``state_dict``...), which waits for that step.
+the next time anything reads it (``scale``, ``state``, ``state_dict``...), which waits for that step. A static
+scale never changes, so nothing runs on the device for it: the steps' finite flags are kept and counted on the host
+when the state is read (or every :data:`FLAG_BATCH` steps).
 """
 import logging
 from typing import Any, Dict, Optional, Union
@@ -28,6 +30,8 @@ __all__ = ["LossScaler", "ScalerConfig", "ScalerState", "next_state"]
 
 #: Version of the dictionary returned by :meth:`LossScaler.state_dict`.
 STATE_VERSION = 1
+#: A static scaler counts the finite flags of its device steps once this many wait (one host sync).
+FLAG_BATCH = 64
 
 _LOG = logging.getLogger("mxnet.amp.loss_scaler")  # the logger name of mxnet.amp 0.1, which users filter by
 
@@ -60,7 +64,8 @@ class LossScaler:
                                     min_scale=min_scale, max_scale=max_scale, dynamic=dynamic,
                                     floor_warning_steps=floor_warning_steps)
         self._state = ScalerState(scale=self._config.init_scale)
-        self._mirror = None  # DeviceMirror while the state advances on a device
+        self._mirror = None  # DeviceMirror while a dynamic state advances on a device
+        self._flags = []  # float32 (1,) finite flags of a static scaler's device steps, not counted yet
 
     @classmethod
     def default_for(cls, dtype: Optional[str]) -> "LossScaler":
@@ -144,21 +149,33 @@ class LossScaler:
         return self._mirror.array
 
     def update_on_device(self, flag: mx.nd.NDArray) -> None:
-        """Advance the state by one step on the device from a float32 (1,) finite flag; no host sync.
+        """Advance the state by one step from a float32 (1,) device finite flag; no host sync.
 
-        The host state (``scale``, ``state``...) catches up, exactly, the next time it is read.
+        The host state (``scale``, ``state``...) catches up, exactly, the next time it is read. A dynamic state
+        advances on the device; a static one keeps the flag (its scale cannot change) and counts it then.
         """
+        if not self._config.dynamic:
+            self._flags.append(flag)
+            if len(self._flags) >= FLAG_BATCH:
+                self._settle()
+            return
         self.device_state(flag.context)
         self._mirror.step(flag)
 
     def loss_scale(self) -> Union[float, mx.nd.NDArray]:
         """What a loss is multiplied by: the host scale, or a float32 (1,) NDArray when a step advanced on the
-        device has not been read back yet and the scale may have changed (dynamic scaling)."""
-        if self._mirror is not None and self._mirror.pending and self._config.dynamic:
+        device has not been read back yet and the scale may have changed (dynamic scaling). A static scale is
+        read without waiting for the device's steps (no host sync)."""
+        if not self._config.dynamic:  # steps never change a static scale: no need to wait for them
+            return self._state.scale
+        if self._mirror is not None and self._mirror.pending:
             return self._mirror.scale
         return self.state.scale
 
     def _settle(self):
+        flags, self._flags = self._flags, []
+        for flag in flags:
+            self._advance(self._state, next_state(self._config, self._state, bool(flag.asnumpy()[0])))
         if self._mirror is not None and self._mirror.pending:
             self._advance(self._state, self._mirror.read())
 
@@ -207,7 +224,7 @@ class LossScaler:
             state = state_from_dict(config, state_dict)
         except TypeError as err:  # a wrongly typed value is an invalid value of that key
             raise ValueError("invalid loss scaler state: %s" % err) from err
-        self._config, self._state, self._mirror = config, state, None
+        self._config, self._state, self._mirror, self._flags = config, state, None, []
 
     def __repr__(self):
         kind = "dynamic" if self._config.dynamic else "static"

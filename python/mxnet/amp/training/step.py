@@ -16,7 +16,7 @@ from mxnet import nd
 from mxnet.gluon import Parameter, Trainer
 from mxnet.gluon.parameter import DeferredInitializationError
 
-from ..core.heap import trim_free_heap
+from ..core.heap import trim_between_steps
 from .amp_state import Stage, attached, report_step, state_of
 from .checks import check_gradients
 from .fused_update import FusedUpdater, StepResult, fused_rule
@@ -167,7 +167,7 @@ def _apply(trainer, batch_size, ignore_stale_grad):
             for data in param.list_data():
                 data._fresh_grad = False
         report_step(amp_state.scaler, flag)
-        trim_free_heap()
+        trim_between_steps()
         return result
     inv_scale = 1.0 if unscaled else 1.0 / amp_state.scaler.scale
     finite = bool(flag.asnumpy()[0])  # the step's single host sync
@@ -182,7 +182,7 @@ def _apply(trainer, batch_size, ignore_stale_grad):
                 for data in param.list_data():
                     data._fresh_grad = False
     report_step(amp_state.scaler, finite)
-    trim_free_heap()
+    trim_between_steps()
     return StepResult(finite)
 
 

@@ -208,9 +208,10 @@ def scale_loss(loss_or_losses: Union[nd.NDArray, Sequence[nd.NDArray]], trainer:
 
 
 def _times(loss, scale):
-    """``loss * scale`` for a host float or a float32 (1,) device scale (cast to the loss's dtype)."""
+    """``loss * scale`` for a host float or a float32 (1,) device scale (cast to the loss's dtype); the loss itself
+    for a scale of 1 (bfloat16's static default): no op, no node in the backward graph."""
     if isinstance(scale, float):
-        return loss * scale
+        return loss if scale == 1.0 else loss * scale
     scale = scale.as_in_context(loss.context).astype(loss.dtype, copy=False)
     if isinstance(loss, _mx_np.ndarray):
         return loss * scale.as_np_ndarray().reshape(())
