@@ -7,6 +7,7 @@ array arguments and call the original, or hand them to a library kernel. Inside 
 """
 import functools
 import inspect
+import itertools
 import sys
 import types
 from typing import Callable
@@ -91,11 +92,11 @@ def _dtype_name(arr):
 def _arrays(args, kwargs):
     """The array arguments of a call (one level of lists included), ``out=`` excluded."""
     found = []
-    for x in list(args) + [v for k, v in kwargs.items() if k != "out"]:
-        if _is_array(x):
+    for x in itertools.chain(args, (v for k, v in kwargs.items() if k != "out")):
+        if isinstance(x, mx.nd.NDArray):
             found.append(x)
         elif isinstance(x, (list, tuple)):
-            found.extend(e for e in x if _is_array(e))
+            found.extend(e for e in x if isinstance(e, mx.nd.NDArray))
     return found
 
 
@@ -196,11 +197,12 @@ def _wrap_op(func, op, action):
         if not arrays:
             return func(*args, **kwargs)
         act = action or policy.action(op, _attributes(signature, args, kwargs))
-        target = policy.target_dtype
-        if act == NEUTRAL or (act == WIDEST and all(_dtype_name(x) == target for x in arrays
-                                                     if _dtype_name(x) in FLOAT_RANK)):
+        target, names = policy.target_dtype, [_dtype_name(x) for x in arrays]
+        if act == FP32 and not any(FLOAT_RANK.get(n) == 1 for n in names):
+            return func(*args, **kwargs)  # no 16-bit array to widen
+        if act == NEUTRAL or (act == WIDEST and all(n == target for n in names if n in FLOAT_RANK)):
             # float32 between casts where its low precision kernel is slow (Policy.imperative_in_float32)
-            if (kwargs.get("out") is None and any(_dtype_name(x) == target for x in arrays)
+            if (kwargs.get("out") is None and target in names
                     and policy.imperative_in_float32(op, arrays[0].context.device_type)):
                 return _in_float32(target, func, args, kwargs)
             if act == NEUTRAL:
