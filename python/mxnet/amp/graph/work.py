@@ -10,30 +10,28 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import mxnet as mx
 
-from .symbol_json import num_outputs, to_graph, to_symbol
+from .symbol_json import FALSE_VALUES, num_outputs, to_graph, to_symbol
 
 __all__ = ["product_macs"]
 
 Shapes = List[Tuple[int, ...]]
 
 
-def _size(shape: Sequence[int]) -> int:
-    return math.prod(shape)
-
-
 def _contracted(out: Shapes, k: int) -> int:
-    return _size(out[0]) * k
+    return math.prod(out[0]) * k
+
+
+def _transposed_a(attrs: Mapping[str, str]) -> bool:
+    return attrs.get("transpose_a", "False") not in FALSE_VALUES
 
 
 def _dot(ins: Shapes, out: Shapes, attrs: Mapping[str, str]) -> int:
     a = ins[0]
-    transposed = attrs.get("transpose_a", "False") in ("True", "true", "1")
-    return _contracted(out, a[-2] if transposed and len(a) > 1 else a[-1])
+    return _contracted(out, a[-2] if _transposed_a(attrs) and len(a) > 1 else a[-1])
 
 
 def _legacy_dot(ins: Shapes, out: Shapes, attrs: Mapping[str, str]) -> int:
-    transposed = attrs.get("transpose_a", "False") in ("True", "true", "1")
-    return _contracted(out, ins[0][0] if transposed else ins[0][-1])
+    return _contracted(out, ins[0][0] if _transposed_a(attrs) else ins[0][-1])
 
 
 def _einsum(ins: Shapes, out: Shapes, attrs: Mapping[str, str]) -> int:
@@ -41,7 +39,7 @@ def _einsum(ins: Shapes, out: Shapes, attrs: Mapping[str, str]) -> int:
     for subscripts, shape in zip(attrs.get("subscripts", "").split("->")[0].split(","), ins):
         letters = subscripts.strip()
         if "." in letters or len(letters) != len(shape):
-            return _size(out[0]) * max(_size(s) for s in ins)  # ellipses: an upper bound
+            return math.prod(out[0]) * max(math.prod(s) for s in ins)  # ellipses: an upper bound
         sizes.update(zip(letters, shape))
     return math.prod(sizes.values())
 
@@ -54,9 +52,9 @@ def _heads(attrs: Mapping[str, str]) -> int:
 #: lists missing here make a graph's count unknown (:func:`product_macs` returns None).
 _PRODUCT_MACS: Dict[str, Callable[[Shapes, Shapes, Mapping[str, str]], int]] = {
     "FullyConnected": lambda ins, out, attrs: _contracted(out, ins[1][-1]),
-    "Convolution": lambda ins, out, attrs: _contracted(out, _size(ins[1][1:])),
-    "Deconvolution": lambda ins, out, attrs: _size(ins[0]) * _size(ins[1][1:]),
-    "RNN": lambda ins, out, attrs: _size(ins[1]) * ins[0][0] * ins[0][1],  # parameters x steps x batch
+    "Convolution": lambda ins, out, attrs: _contracted(out, math.prod(ins[1][1:])),
+    "Deconvolution": lambda ins, out, attrs: math.prod(ins[0]) * math.prod(ins[1][1:]),
+    "RNN": lambda ins, out, attrs: math.prod(ins[1]) * ins[0][0] * ins[0][1],  # parameters x steps x batch
     "batch_dot": _dot,
     "_npi_matmul": lambda ins, out, attrs: _contracted(out, ins[0][-1]),
     "dot": _legacy_dot,
