@@ -19,6 +19,10 @@ UNITS wide, 10 classes). Prints ms per step, the multiply-accumulates per forwar
 contrib and PyTorch autocast, and the slowest row of each column.
 
     python bench/bench_small_graphs.py [--rows matrix,dense] [--rounds 3] [--torch-python PATH]
+
+``--paired`` times float32 and ours only, in one process per round that alternates blocks of steps of the two
+(:func:`paired_child`): on a machine whose processes differ by a third in speed from one start to the next, the
+ratio within a process is the figure to trust for models whose step takes a millisecond.
 """
 import argparse
 import json
@@ -65,17 +69,17 @@ def _matrix_model(row):
     return spec.build(), batches, spec.losses, spec.numpy_mode, spec.lr
 
 
-def mxnet_child(row, config, steps, repeat):
-    """Milliseconds per training step of one MXNet configuration (float32: and the graph's multiply-accumulates)."""
-    import warnings
+def _setup(row, config, init=True):
+    """``(step, net, batches)`` of one MXNet configuration: ``step(i)`` runs training step ``i``; ``init=False``
+    leaves ``amp.init`` to the caller."""
     import mxnet as mx
     from mxnet import autograd, gluon
-    warnings.filterwarnings("ignore")
     kind, name = row.split(":", 1)
     amp = None
     if config in ("ours", "ours, no floor"):
         from mxnet import amp
-        amp.init("bfloat16", min_graph_macs=0 if config == "ours, no floor" else None)
+        if init:
+            amp.init("bfloat16", min_graph_macs=0 if config == "ours, no floor" else None)
     elif config == "contrib":
         from mxnet.contrib import amp
         amp.init("bfloat16")
@@ -98,20 +102,54 @@ def mxnet_child(row, config, steps, repeat):
                     autograd.backward(scaled)
         trainer.step(1)
 
-    for i in range(20):
+    return step, net, batches
+
+
+def _block(step, steps, warmup=20):
+    """Seconds per step over ``steps`` steps after ``warmup`` untimed ones (one sync at each end)."""
+    import mxnet as mx
+    for i in range(warmup):
         step(i)
     mx.nd.waitall()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for i in range(steps):
-            step(i)
-        mx.nd.waitall()
-        times.append((time.perf_counter() - start) / steps)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    mx.nd.waitall()
+    return (time.perf_counter() - start) / steps
+
+
+def mxnet_child(row, config, steps, repeat):
+    """Milliseconds per training step of one MXNet configuration (float32: and the graph's multiply-accumulates)."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    step, net, batches = _setup(row, config)
+    times = [_block(step, steps, warmup=20 if r == 0 else 0) for r in range(repeat)]
     out = {"ms": statistics.median(times) * 1e3}
     if config == "mxnet fp32":
         out["macs"] = _macs(net, batches[0][0])
     return out
+
+
+def paired_child(row, steps, repeat):
+    """float32 and ours in one process, in alternating blocks of steps: ``amp.init`` before each block of ours and
+    ``amp.reset`` after it (both graphs are rebuilt in the warm-up steps). Returns the medians and the median of the
+    blocks' ratios, free of the spread between processes."""
+    import warnings
+    from mxnet import amp
+    warnings.filterwarnings("ignore")
+    fp32 = _setup(row, "mxnet fp32")[0]
+    amp.init("bfloat16")
+    ours = _setup(row, "ours", init=False)[0]
+    amp.reset()
+    times = {"mxnet fp32": [], "ours": []}
+    for _ in range(repeat):
+        times["mxnet fp32"].append(_block(fp32, steps))
+        amp.init("bfloat16")
+        times["ours"].append(_block(ours, steps))
+        amp.reset()
+    ratios = [a / b for a, b in zip(times["mxnet fp32"], times["ours"])]
+    return {"mxnet fp32": statistics.median(times["mxnet fp32"]) * 1e3,
+            "ours": statistics.median(times["ours"]) * 1e3, "ratio": statistics.median(ratios)}
 
 
 def _macs(net, x):
@@ -173,6 +211,32 @@ def _measure(row, args):
     return {c: statistics.median(v) for c, v in times.items() if v}, errors, macs
 
 
+def _paired_table(rows, args):
+    """The --paired table: per row, the medians over the rounds of float32's and ours' step and of their ratio."""
+    print("float32 and ours alternating in one process per round (%d rounds, %d blocks of %d steps each); ms per "
+          "training step; ratio > 1: ours is faster" % (args.rounds, args.repeat, args.steps))
+    print("%-30s | %10s | %10s | %8s | %s" % ("row", "fp32 ms", "ours ms", "ratio", "ratio per round"))
+    found = []
+    for row in rows:
+        results = [child_json([sys.executable, os.path.abspath(__file__), "--child-paired", row, "--steps",
+                               str(args.steps), "--repeat", str(args.repeat)], args.timeout)
+                   for _ in range(args.rounds)]
+        good = [r for r in results if "error" not in r]
+        if not good:
+            print("%-30s | error: %s" % (row, results[-1]["error"]))
+            continue
+        ratio = statistics.median(r["ratio"] for r in good)
+        found.append((ratio, row))
+        print("%-30s | %10.3f | %10.3f | %7.2fx | %s" % (
+            row, statistics.median(r["mxnet fp32"] for r in good), statistics.median(r["ours"] for r in good), ratio,
+            " ".join("%.2f" % r["ratio"] for r in good)), flush=True)
+    if found:
+        print("ours against mxnet fp32, paired: median %.2fx, slowest %s at %.2fx, rows below 1.0x: %d of %d" % (
+            statistics.median(f[0] for f in found), min(found)[1], min(found)[0], sum(f[0] < 1 for f in found),
+            len(found)))
+    return 0
+
+
 def _ratio_text(ratio):
     return "%7.2fx" % ratio if ratio == ratio else "%8s" % "-"
 
@@ -186,16 +250,24 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
     parser.add_argument("--torch-python", default=sys.executable, help="interpreter with torch")
+    parser.add_argument("--paired", action="store_true",
+                        help="float32 and ours only, alternating in one process per round (paired_child)")
     parser.add_argument("--child", nargs=2, metavar=("ROW", "CONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-paired", metavar="ROW", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(mxnet_child(args.child[0], args.child[1], args.steps, args.repeat)))
+        return 0
+    if args.child_paired:
+        print(json.dumps(paired_child(args.child_paired, args.steps, args.repeat)))
         return 0
     rows = []
     for item in args.rows.split(","):
         rows += (["matrix:" + r for r in MATRIX_ROWS] if item == "matrix" else
                  ["dense:" + r for r in DENSE_ROWS] if item == "dense" else [item])
     cpu_banner()
+    if args.paired:
+        return _paired_table(rows, args)
     print("median of %d rounds; ms per training step; ratios > 1: ours is faster" % args.rounds)
     configs = MXNET_CONFIGS + TORCH_CONFIGS
     print("%-30s %9s | %s | %8s %8s %8s" % ("row", "MACs", " | ".join("%14s" % c for c in configs), "vs fp32",

@@ -530,6 +530,8 @@ void test_update(const UpdateCase& c, bool exact, std::mt19937* rng, Drift* drif
   }
   b.upload();
   std::vector<UpdateSet> host_sets(n), dev_sets(n);
+  static int cases = 0;
+  const bool previous_skipped = cases++ % 2 == 1;  // every other case: lr/eta from the previous-skipped values
   for (int p = 0; p < n; ++p) {
     for (int side = 0; side < 2; ++side) {
       const std::vector<TensorRef>& r = side ? b.dev_refs : b.host_refs;
@@ -542,22 +544,31 @@ void test_update(const UpdateCase& c, bool exact, std::mt19937* rng, Drift* drif
       s.lr = 0.01f * (1 + p % 3);
       s.wd = c.decay ? 1e-3f * (1 + p % 2) : 0.0f;
       s.eta = c.rule == kAdamW ? 1.0f - 0.25f * (p % 2) : 1.0f;
+      if (side == 1 && previous_skipped) {  // the device must take the "previous step skipped" values
+        s.lr_if_skipped = s.lr;
+        s.eta_if_skipped = s.eta;
+        s.lr = 7.0f;
+        s.eta = 3.0f;
+      }
     }
   }
   const double scaler_state[kScalerStateSize] = {384.0, 0, 0, 0, 0, 0};
   const double rescale_grad = 0.125;
   DeviceScalars<double> state(kScalerStateSize);
   state.set(scaler_state, kScalerStateSize);
-  DeviceScalars<float> flag(1), applied(1);
-  const float flag_value = c.finite ? 1.0f : 0.0f, unset = -1.0f;
+  DeviceScalars<float> flag(1), applied(1), previous(1);
+  const float flag_value = c.finite ? 1.0f : 0.0f, unset = -1.0f, previous_value = 0.0f;
   flag.set(&flag_value, 1);
+  previous.set(&previous_value, 1);
   applied.set(&unset, 1);
   UpdateHyper hyper{c.rule, 1e30f, c.clip ? 0.5f : -1.0f, 0.9f, 0.9f, 0.999f, 1e-8f};  // GPU ignores rescale_grad
   const std::string tag = std::string("update ") + kRuleNames[c.rule] + " " + dtype_name(c.dtype) +
                           (c.master ? " master" : "") + (c.clip ? " clip" : "") + (c.decay ? " wd" : "") +
-                          " chunk " + std::to_string(c.chunk_size) + (c.finite ? "" : " flag 0");
+                          " chunk " + std::to_string(c.chunk_size) + (c.finite ? "" : " flag 0") +
+                          (previous_skipped ? " previous skipped" : "");
   expect_launched(cuda_multi_tensor_update(c.chunk_size, hyper, dev_sets.data(), n, flag.dev, state.dev,
-                                           rescale_grad, applied.dev, nullptr),
+                                           rescale_grad, previous_skipped ? previous.dev : nullptr, applied.dev,
+                                           nullptr),
                   tag);
   float got_applied = 0.0f;
   applied.get(&got_applied, 1);
@@ -788,8 +799,8 @@ void bench_update(Timer* timer, int64_t total) {
     const std::string name = std::string("update ") + kRuleNames[c.rule] + " " + dtype_name(c.dtype) +
                              (master ? " + master" : "") + ", " + std::to_string(c.params) + " param(s)";
     const double ms = timer->ms([&](int) {
-      return cuda_multi_tensor_update(kDefaultChunkSize, hyper, sets.data(), c.params, flag, state, 1.0, flag + 1,
-                                      nullptr);
+      return cuda_multi_tensor_update(kDefaultChunkSize, hyper, sets.data(), c.params, flag, state, 1.0, nullptr,
+                                      flag + 1, nullptr);
     }, name);
     // Reads grad, the weight (or master) and the states; writes the weight, master and states.
     const size_t per = wb + (master ? 4 : wb) + 8 * states + wb + (master ? 4 : 0);

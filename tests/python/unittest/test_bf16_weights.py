@@ -478,6 +478,29 @@ def test_stochastic_rounding_is_reproducible_and_draws_anew_each_step(bf16_amp):
     assert 0 < (first > 1).sum() < 4096 and (first != second).any()
 
 
+def test_stochastic_seeds_after_a_skipped_step_do_not_depend_on_when_the_host_reads_it(bf16_amp):
+    """Unread, a skipped step's seeds for the next step are chosen on the device: the same as read at once."""
+    x, y = _data()
+    loss_fn, runs = gluon.loss.SoftmaxCrossEntropyLoss(), []
+    for read_each_step in (True, False):
+        net, trainer = _setup("bfloat16", optimizer="adam", rounding="stochastic")
+        results = []
+        for step in range(5):
+            with autograd.record():
+                with amp.scale_loss(loss_fn(net(x), y).mean(), trainer) as scaled:
+                    autograd.backward(scaled)
+            if step in (1, 2):
+                trainer._params[-1].grad()[:] = np.inf
+            results.append(trainer.step(1))
+            if read_each_step:
+                bool(results[-1])
+        assert [bool(r) for r in results] == [True, False, False, True, True]
+        runs.append(([f32(p.data()) for p in trainer._params], dict(trainer._optimizer._index_update_count)))
+    for eager, lazy in zip(runs[0][0], runs[1][0]):
+        np.testing.assert_array_equal(eager, lazy)
+    assert runs[0][1] == runs[1][1] and set(runs[0][1].values()) == {3}
+
+
 def test_stochastic_rounding_follows_float32_weights_in_training(bf16_amp):
     net32, tr32 = _setup("float32")
     start = [p.data().copy() for p in net32.collect_params().values()]

@@ -155,6 +155,42 @@ def test_a_zero_flag_writes_nothing(rule):
         np.testing.assert_array_equal(got.asnumpy(), want)
 
 
+@pytest.mark.parametrize("previous", [0.0, 1.0])
+def test_the_previous_steps_flag_picks_the_lists_on_the_device(previous):
+    """AdamW with alternatives: a skipped previous step takes the *_if_skipped lrs and etas, else the plain ones."""
+    rng = np.random.RandomState(4)
+    start, grads = _arrays(rng), _arrays(rng)
+    got, want = [w.copy() for w in start], [w.copy() for w in start]
+    states = [[mx.nd.zeros(s) for s in SHAPES] for _ in range(4)]
+    picked = ([0.5] * 4, [1e-3] * 4) if previous == 0.0 else ([0.25] * 4, [2e-3] * 4)
+    ops.multi_update("adamw", list(zip(got, grads, states[0], states[1])), ONE, _state(), [0.25] * 4, WDS,
+                     etas=[2e-3] * 4, previous_applied=mx.nd.array([previous]),
+                     if_previous_skipped={"lrs": [0.5] * 4, "etas": [1e-3] * 4})
+    ops.multi_update("adamw", list(zip(want, grads, states[2], states[3])), ONE, _state(), picked[0], WDS,
+                     etas=picked[1])
+    _assert_same(got + states[0] + states[1], want + states[2] + states[3])
+    assert not all((a == b).asnumpy().all() for a, b in zip(got, start))
+
+
+@pytest.mark.parametrize("finite", [True, False])
+def test_without_a_flag_the_update_checks_its_gradients_itself(finite):
+    """flag=None: the check of unscale_and_check in the same call; its outcome is the output."""
+    rng = np.random.RandomState(5)
+    start, grads = _arrays(rng), _arrays(rng)
+    if not finite:
+        grads[3][70000] = np.nan  # the last element of the second chunk of the largest parameter
+    got, want = [w.copy() for w in start], [w.copy() for w in start]
+    moms = [[mx.nd.zeros(s) for s in SHAPES] for _ in range(2)]
+    applied = ops.multi_update("sgd_mom", list(zip(got, grads, moms[0])), None, _state(2.0), LRS, WDS,
+                               momentum=0.9)
+    flag = ops.unscale_and_check(grads, 1.0)
+    ops.multi_update("sgd_mom", list(zip(want, grads, moms[1])), flag, _state(2.0), LRS, WDS, momentum=0.9)
+    assert applied.asnumpy().tolist() == flag.asnumpy().tolist() == [1.0 if finite else 0.0]
+    _assert_same(got + moms[0], want + moms[1])
+    if not finite:
+        _assert_same(got, start)
+
+
 def test_multi_update_rejects_bad_input_with_clear_errors():
     w, g, m = mx.nd.ones((3,)), mx.nd.ones((3,)), mx.nd.zeros((3,))
     with pytest.raises(ValueError, match="rule 'lamb' is not supported; valid choices: adam, adamw, sgd, sgd_mom"):
@@ -172,6 +208,19 @@ def test_multi_update_rejects_bad_input_with_clear_errors():
         ops.multi_update("sgd", [(w16, w16)], ONE, _state(), [0.1], [0.0]).wait_to_read()
     with pytest.raises(mx.MXNetError, match="must be dense with 3 elements like its weight"):
         ops.multi_update("sgd_mom", [(w, g, mx.nd.zeros((4,)))], ONE, _state(), [0.1], [0.0]).wait_to_read()
+    with pytest.raises(ValueError, match="previous_applied and if_previous_skipped go together "
+                                         r"\(got if_previous_skipped alone\)"):
+        ops.multi_update("sgd", [(w, g)], ONE, _state(), [0.1], [0.0], if_previous_skipped={"lrs": [0.2]})
+    with pytest.raises(ValueError, match=r"if_previous_skipped has keys \['lrs'\]; this call needs \['etas', 'lrs'\]"):
+        ops.multi_update("adamw", [(w, g, m, m.copy())], ONE, _state(), [0.1], [0.0], etas=[1.0],
+                         previous_applied=ONE, if_previous_skipped={"lrs": [0.2]})
+    with pytest.raises(ValueError, match="lrs_if_skipped has 2 values for 1 parameters"):
+        ops.multi_update("sgd", [(w, g)], ONE, _state(), [0.1], [0.0], previous_applied=ONE,
+                         if_previous_skipped={"lrs": [0.2, 0.3]})
+    with pytest.raises(mx.MXNetError, match="the previous step's output has dtype float64; the flag and the previous "
+                                            "step's output must be float32"):
+        ops.multi_update("sgd", [(w, g)], ONE, _state(), [0.1], [0.0], previous_applied=ONE.astype(np.float64),
+                         if_previous_skipped={"lrs": [0.2]}).wait_to_read()
 
 
 # ---- the device-side loss scaler -----------------------------------------------------------------------------
@@ -302,7 +351,7 @@ def test_float16_multi_precision_training_matches_a_plain_trainer():
         np.testing.assert_array_equal(states[key][1].asnumpy(), master.asnumpy())
 
 
-def test_a_step_issues_no_host_sync_and_reads_only_the_previous_flag_later(monkeypatch):
+def test_a_step_issues_no_host_sync_and_reads_only_the_flag_of_two_steps_before(monkeypatch):
     net = _model()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9})
     init_trainer(trainer, LossScaler(init_scale=2.0 ** 4))
@@ -320,17 +369,18 @@ def test_a_step_issues_no_host_sync_and_reads_only_the_previous_flag_later(monke
                 scaled.backward()
 
     backward(0)
-    trainer.step(6)  # warm-up: kvstore, optimizer states, gradient buffers
-    for step in (1, 2):
+    results = [trainer.step(6)]  # warm-up: kvstore, optimizer states, gradient buffers
+    for step in (1, 2, 3):
         backward(step)
         monkeypatch.setattr(mx.nd.NDArray, "asnumpy", asnumpy)
         monkeypatch.setattr(mx.nd, "waitall", lambda: reads.append("waitall"))
-        result = trainer.step(6)
+        results.append(trainer.step(6))
         monkeypatch.undo()
-        assert repr(result) == "StepResult(pending)"
-        assert len(reads) == 1  # the previous step's applied flag, computed long before
-        previous, reads[:] = result, []
-    assert bool(previous) is True and repr(previous) == "StepResult(applied=True)"
+        assert repr(results[-1]) == "StepResult(pending)"
+        # the applied flag of the step two before (its update ran before the step between could start)
+        assert reads == ([] if step == 1 else [results[step - 2]._applied])
+        reads[:] = []
+    assert bool(results[-1]) is True and repr(results[-1]) == "StepResult(applied=True)"
 
 
 def test_step_result_behaves_like_a_bool():

@@ -2,7 +2,7 @@
 
 The categorisation of MXNet profiler rows is checked on names, and the profile itself on a tiny ResNet-18 step
 of the fp32 and ``mxnet.amp`` configurations: every category is measured, casts and oneDNN reorders are counted,
-and ``mxnet.amp``'s step has casts and a finite check where fp32's has none.
+and ``mxnet.amp``'s step has casts where fp32's has none (its finite check is part of the fused update).
 """
 import json
 import os
@@ -39,5 +39,6 @@ def test_profile_of_a_small_step(config):
     if config == "fp32":
         assert row["casts"] == 0 and row["ms"]["check"] == 0
     else:
-        assert row["casts"] > 0 and row["ms"]["check"] > 0
+        assert row["casts"] > 0  # the finite check runs inside the fused update (amp_multi_update: "optimizer")
+        assert row["ms"]["check"] == 0 and row["ms"]["optimizer"] > 0
     json.dumps(row)  # the child's report is plain data

@@ -83,6 +83,21 @@ _DTYPE_NAMES.update({np.dtype(t): name for t, name in list(_DTYPE_NAMES.items())
 _DTYPE_NAMES[BFLOAT16] = "bfloat16"
 
 
+_LOW_DTYPES = frozenset(t for t, name in _DTYPE_NAMES.items() if FLOAT_RANK.get(name) == 1)
+
+
+def _any_low(args, kwargs):
+    """Whether a call has a 16-bit float array argument (one level of lists included, ``out=`` excluded)."""
+    for x in itertools.chain(args, (v for k, v in kwargs.items() if k != "out") if kwargs else ()):
+        if isinstance(x, mx.nd.NDArray):
+            if x.dtype in _LOW_DTYPES:
+                return True
+        elif isinstance(x, (list, tuple)) and any(isinstance(e, mx.nd.NDArray) and e.dtype in _LOW_DTYPES
+                                                  for e in x):
+            return True
+    return False
+
+
 def _dtype_name(arr):
     dtype = arr.dtype
     name = _DTYPE_NAMES.get(dtype)
@@ -188,10 +203,11 @@ def _converter(policy, op, action, arrays):
 def _wrap_op(func, op, action):
     """Wrap one front-end function; ``action`` is fixed by the policy, or None for conditional ops."""
     signature = inspect.signature(func) if action is None else None
+    inert_on_wide = action in (FP32, NEUTRAL, FOLLOW)  # nothing to do unless a 16-bit array comes in
 
     def amp_op(*args, **kwargs):
         policy = STATE.policy
-        if policy is None or getattr(LOCAL, "disabled", 0):
+        if policy is None or getattr(LOCAL, "disabled", 0) or (inert_on_wide and not _any_low(args, kwargs)):
             return func(*args, **kwargs)
         arrays = _arrays(args, kwargs)
         if not arrays:

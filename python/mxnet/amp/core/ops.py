@@ -4,7 +4,7 @@ All functions take NDArrays (legacy ``mx.nd.NDArray`` or numpy-mode ``mx.np.ndar
 context, and return arrays of the kind of the first one. Each is one op call (one engine push) whatever the
 number of arrays. Importing this module needs the library loaded (:mod:`mxnet.amp.core.library`).
 """
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -209,12 +209,60 @@ def _seed_list(bf16_weights, seeds):
     return values
 
 
-def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: mx.nd.NDArray,
+#: amp_multi_update's attribute defaults (src/operator/amp/ops/multi_update.cc; floats as written there, which
+#: the op reads as float32 like any value passed).
+_UPDATE_DEFAULTS = dict(multi_precision=False, check_grads=False, rescale_grad=1.0, clip_gradient=-1.0, momentum=0.0,
+                        beta1=0.9, beta2=0.999, epsilon=1e-8, bf16_weights="off")
+
+
+def _update_groups(rule, params, multi_precision, bf16_weights):
+    """``params`` as a list, each tuple checked to hold the arrays that ``rule`` needs."""
+    if rule not in UPDATE_RULES:
+        raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
+                         % (rule, ", ".join(sorted(UPDATE_RULES))))
+    if bf16_weights not in _BF16_WEIGHT_UPDATES:
+        raise ValueError("multi_update: bf16_weights %r is not supported; valid choices: %s"
+                         % (bf16_weights, ", ".join(_BF16_WEIGHT_UPDATES)))
+    params = list(params)
+    width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision or bf16_weights == "kahan" else 0)
+    for i, group in enumerate(params):
+        if len(group) != width:
+            raise ValueError("multi_update: params[%d] has %d arrays; rule %r%s needs %d (weight, grad%s%s)"
+                             % (i, len(group), rule, " with multi_precision" if multi_precision else "", width,
+                                "".join(", " + name for name in UPDATE_RULES[rule]),
+                                ", master" if multi_precision else
+                                (", compensation" if bf16_weights == "kahan" else "")))
+    return params
+
+
+def _per_parameter_attrs(rule, count, lrs, wds, etas, bf16_weights, seeds, if_previous_skipped):
+    """``amp_multi_update``'s per-parameter list attributes, checked: one value per parameter in each."""
+    lists = {"lrs": list(lrs), "wds": list(wds)}
+    if rule == "adamw":
+        lists["etas"] = list(etas) if etas is not None else []
+    if seeds is not None or bf16_weights == "stochastic":
+        lists["seeds"] = _seed_list(bf16_weights, seeds)
+    if if_previous_skipped is not None:
+        if set(if_previous_skipped) != {key for key in lists if key != "wds"}:
+            raise ValueError("multi_update: if_previous_skipped has keys %s; this call needs %s"
+                             % (sorted(if_previous_skipped), sorted(key for key in lists if key != "wds")))
+        lists.update((key + "_if_skipped", _seed_list(bf16_weights, values) if key == "seeds" else list(values))
+                     for key, values in if_previous_skipped.items())
+    for key, values in lists.items():
+        if len(values) != count:
+            raise ValueError("multi_update: %s has %d values for %d parameters" % (key, len(values), count))
+    return {key: (_floats(values) if not key.startswith("seeds") else ",".join(map(str, values)))
+            for key, values in lists.items()}
+
+
+def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: Optional[mx.nd.NDArray],
                  scaler_state: mx.nd.NDArray, lrs: Sequence[float], wds: Sequence[float],
                  etas: Optional[Sequence[float]] = None, rescale_grad: float = 1.0,
                  clip_gradient: Optional[float] = None, momentum: float = 0.0, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, multi_precision: bool = False,
-                 bf16_weights: str = "off", seeds: Optional[Sequence[int]] = None) -> mx.nd.NDArray:
+                 bf16_weights: str = "off", seeds: Optional[Sequence[int]] = None,
+                 previous_applied: Optional[mx.nd.NDArray] = None,
+                 if_previous_skipped: Optional[Dict[str, Sequence[float]]] = None) -> mx.nd.NDArray:
     """One fused optimizer step over many parameters, skipped on the device when ``flag`` is 0.
 
     Parameters
@@ -226,8 +274,10 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
         Per parameter ``(weight, grad, *states[, master])`` on one context: ``states`` as
         :data:`UPDATE_RULES` names them (float32), ``master`` the float32 master weights when
         ``multi_precision`` (then the weight may be float16 or bfloat16). Updated in place.
-    flag : NDArray
-        float32 (1,) from :func:`unscale_and_check`: 0 skips the update (nothing is written).
+    flag : NDArray or None
+        float32 (1,) from :func:`unscale_and_check`: 0 skips the update (nothing is written). None: the op
+        checks the gradients of ``params`` itself first (:func:`unscale_and_check`'s check, in the same call),
+        for a step whose parameters are all here.
     scaler_state : NDArray
         float64 (6,) loss scaler state (:func:`scaler_update`); the gradients are multiplied by
         ``rescale_grad / scaler_state[0]``.
@@ -246,48 +296,41 @@ def multi_update(rule: str, params: Sequence[Tuple[mx.nd.NDArray, ...]], flag: m
     seeds : sequence of int, optional
         ``'stochastic'`` only (and then required): one unsigned 64-bit seed per parameter. Element ``i`` of a
         parameter draws its random bits from ``(seed, i)`` alone: the same seed rounds the same way.
+    previous_applied : NDArray, optional
+        float32 (1,): what the previous step's ``multi_update`` returned, with ``if_previous_skipped``.
+    if_previous_skipped : dict, optional
+        The ``lrs`` (and ``etas``, ``seeds`` where this call takes them) to use instead when
+        ``previous_applied`` is 0: values that depend on update counts, for a step issued before the host
+        knows whether the previous one was applied. Chosen where the update runs: no host sync.
 
     Returns
     -------
     NDArray
-        float32 (1,): 1.0 if the update was applied, 0.0 if it was skipped. No host sync.
+        float32 (1,): 1.0 if the update was applied, 0.0 if it was skipped (with ``flag`` None: whether the
+        gradients were finite). No host sync.
 
     Raises
     ------
     ValueError
-        Unknown rule, no parameters, a tuple of the wrong length, a lrs/wds/etas/seeds length mismatch, or
-        ``seeds`` missing with ``'stochastic'`` (or given without it).
+        Unknown rule, no parameters, a tuple of the wrong length, a lrs/wds/etas/seeds length mismatch,
+        ``seeds`` missing with ``'stochastic'`` (or given without it), or ``if_previous_skipped`` given without
+        ``previous_applied`` (or the other way round) or with other keys than the lists of this call.
     """
-    if rule not in UPDATE_RULES:
-        raise ValueError("multi_update: rule %r is not supported; valid choices: %s"
-                         % (rule, ", ".join(sorted(UPDATE_RULES))))
-    if bf16_weights not in _BF16_WEIGHT_UPDATES:
-        raise ValueError("multi_update: bf16_weights %r is not supported; valid choices: %s"
-                         % (bf16_weights, ", ".join(_BF16_WEIGHT_UPDATES)))
-    params = list(params)
-    width = 2 + len(UPDATE_RULES[rule]) + (1 if multi_precision or bf16_weights == "kahan" else 0)
-    for i, group in enumerate(params):
-        if len(group) != width:
-            raise ValueError("multi_update: params[%d] has %d arrays; rule %r%s needs %d (weight, grad%s%s)"
-                             % (i, len(group), rule, " with multi_precision" if multi_precision else "", width,
-                                "".join(", " + name for name in UPDATE_RULES[rule]),
-                                ", master" if multi_precision else
-                                (", compensation" if bf16_weights == "kahan" else "")))
-    lists = {"lrs": list(lrs), "wds": list(wds)}
-    if rule == "adamw":
-        lists["etas"] = list(etas) if etas is not None else []
-    if seeds is not None or bf16_weights == "stochastic":
-        lists["seeds"] = _seed_list(bf16_weights, seeds)
-    for key, values in lists.items():
-        if len(values) != len(params):
-            raise ValueError("multi_update: %s has %d values for %d parameters" % (key, len(values), len(params)))
-    arrays = [array for group in params for array in group] + [flag, scaler_state]
-    attrs = {key: (_floats(values) if key != "seeds" else ",".join(map(str, values)))
-             for key, values in lists.items()}
-    return _invoke("amp_multi_update", "multi_update", arrays, rule=rule, multi_precision=bool(multi_precision),
-                   rescale_grad=repr(float(rescale_grad)), clip_gradient=repr(float(clip_gradient or -1.0)),
-                   momentum=repr(float(momentum)), beta1=repr(float(beta1)), beta2=repr(float(beta2)),
-                   epsilon=repr(float(epsilon)), bf16_weights=bf16_weights, **attrs)[0]
+    params = _update_groups(rule, params, multi_precision, bf16_weights)
+    if (previous_applied is None) != (if_previous_skipped is None):
+        raise ValueError("multi_update: previous_applied and if_previous_skipped go together (got %s)"
+                         % ("previous_applied alone" if previous_applied is not None else "if_previous_skipped alone"))
+    attrs = _per_parameter_attrs(rule, len(params), lrs, wds, etas, bf16_weights, seeds, if_previous_skipped)
+    arrays = [array for group in params for array in group] + ([flag] if flag is not None else []) + [scaler_state]
+    if previous_applied is not None:
+        arrays.append(previous_applied)
+    given = dict(multi_precision=bool(multi_precision), check_grads=flag is None, rescale_grad=float(rescale_grad),
+                 clip_gradient=float(clip_gradient or -1.0), momentum=float(momentum), beta1=float(beta1),
+                 beta2=float(beta2), epsilon=float(epsilon), bf16_weights=bf16_weights)
+    for key, value in given.items():  # what the op's defaults say needs no string to pass and parse
+        if value != _UPDATE_DEFAULTS[key]:
+            attrs[key] = repr(value) if isinstance(value, float) else value
+    return _invoke("amp_multi_update", "multi_update", arrays, rule=rule, **attrs)[0]
 
 
 def scaler_update(scaler_state: mx.nd.NDArray, flag: mx.nd.NDArray, config: Any) -> mx.nd.NDArray:

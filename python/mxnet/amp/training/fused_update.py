@@ -9,10 +9,15 @@ kernels repeat MXNet 1.9.1's float32 expressions); the optimizer states are the 
 checkpoints are unchanged.
 
 The host-side counters (``optimizer.num_update``, per-parameter counts: learning-rate schedules, Adam's bias
-correction) advance when a step is issued and are rolled back when the step turns out to be skipped. That is
-learnt lazily: at the next step (its flag has long been computed by then), or at once when the step's result
-is read (:class:`StepResult`), or before the trainer saves or loads states.
+correction) advance when a step is issued and are rolled back when the step turns out to be skipped. The host
+learns that lazily, two steps later (the update that wrote the flag ran before the step in between could start,
+so reading it does not wait), or at once when a step's result is read (:class:`StepResult`), or before the
+trainer saves or loads states. What depends on the counts of the step in between (learning rates, bias
+corrections, rounding seeds) is therefore issued twice, for the previous step applied and skipped, and the
+update picks one from that step's flag on the device.
 """
+import collections
+
 import numpy as np
 
 from mxnet import optimizer as _opt
@@ -116,6 +121,11 @@ class StepResult:
         self._applied = applied  # bool, or float32 (1,) NDArray
         self._settle = settle
 
+    @property
+    def flag(self):
+        """The outcome without waiting: a float32 (1,) NDArray (1: applied) until read, then a bool."""
+        return self._applied
+
     def __bool__(self):
         if not isinstance(self._applied, bool):
             self._applied = bool(self._applied.asnumpy()[0])
@@ -132,6 +142,20 @@ class StepResult:
         if isinstance(self._applied, bool):
             return "StepResult(applied=%s)" % self._applied
         return "StepResult(pending)"
+
+
+class _Issued:
+    """A step whose outcome the host has not read: its applied flag and the counters before and after it.
+
+    ``if_previous_skipped`` holds (before, after) for the case that the previous step, also unread when this
+    one was issued, turns out skipped; None once that is settled (or when nothing was pending).
+    """
+
+    __slots__ = ("applied", "before", "after", "if_previous_skipped")
+
+    def __init__(self, applied, before, after, if_previous_skipped):
+        self.applied, self.before, self.after = applied, before, after
+        self.if_previous_skipped = if_previous_skipped
 
 
 class FusedUpdater:
@@ -151,35 +175,72 @@ class FusedUpdater:
         self.trainer = trainer
         self.rule = rule
         self.bf16_weights = bf16_weights
-        self._pending = None  # (applied flag, counters before the step) of the last step not yet settled
+        self._pending = collections.deque()  # _Issued steps, oldest first: at most two
 
     def settle(self):
-        """Learn whether the last issued step was applied; roll the counters back if it was skipped."""
-        pending, self._pending = self._pending, None
-        if pending is not None and not pending[0].asnumpy()[0]:
-            _restore(self.trainer._optimizer, pending[1])
+        """Learn whether the issued steps were applied; leave the counters as the applied ones make them."""
+        while self._pending:
+            self._settle_oldest()
 
-    def step(self, params, flag, scaler_state):
+    def _settle_oldest(self):
+        oldest = self._pending.popleft()
+        applied = bool(oldest.applied.asnumpy()[0])
+        if not self._pending:
+            if not applied:
+                _restore(self.trainer._optimizer, oldest.before)
+            return
+        latest = self._pending[0]  # the optimizer's counters are its `after` (previous step applied)
+        if not applied:
+            latest.before, latest.after = latest.if_previous_skipped
+            _restore(self.trainer._optimizer, latest.after)
+        latest.if_previous_skipped = None
+
+    def step(self, params, flag, scaler_state, check):
         """Update ``params`` (fresh parameters with gradients) unless ``flag`` is 0; returns a StepResult.
 
         Parameters
         ----------
         params : list of (int, Parameter)
             Index in the trainer and parameter.
-        flag : NDArray
-            float32 (1,) finite flag of the step (all devices).
+        flag : NDArray or None
+            float32 (1,) finite flag of the step (all devices), or None when ``params`` are all the step checks:
+            then a step in one call checks them in that call, and otherwise ``check()`` gives the flag.
         scaler_state : NDArray
             The loss scaler's float64 (6,) device state (element 0: the scale to divide out).
+        check : callable
+            Returns the finite flag of ``params``' gradients (one op per device).
         """
-        self.settle()
-        trainer, optimizer = self.trainer, self.trainer._optimizer
-        saved = _counters(optimizer)
+        while len(self._pending) > 1:  # written two steps ago: done by now
+            self._settle_oldest()
+        optimizer = self.trainer._optimizer
+        previous = self._pending[0] if self._pending else None
+        before = _counters(optimizer)
+        launches = self._prepare(params)
+        after = _counters(optimizer)
+        alternatives, if_previous_skipped = [None] * len(launches), None
+        if previous is not None:
+            _restore(optimizer, previous.before)
+            alternatives = [self._counted(optimizer, launch["indices"], launch["ctx"], launch["mode"])
+                            for launch in launches]
+            if_previous_skipped = (previous.before, _counters(optimizer))
+            _restore(optimizer, after)
+        if flag is None and len(launches) > 1:
+            flag = check()
         applied = flag
+        for launch, alternative in zip(launches, alternatives):
+            applied = self._launch(launch, alternative, flag, scaler_state, previous)
+        self._pending.append(_Issued(applied, before, after, if_previous_skipped))
+        return StepResult(applied, self.settle)
+
+    def _prepare(self, params):
+        """Advance the counters for a step over ``params``; its launches (one per device and kind)."""
+        trainer, optimizer = self.trainer, self.trainer._optimizer
         bf16 = self.bf16_weights
+        launches = []
         for device, updater in enumerate(trainer._updaters):
             groups = {}  # "master" (float16 + float32 master), "bf16" (bf16-true) or "plain" -> [(index, w, g)]
             for index, param in params:
-                weight, grad = param.list_data()[device], param.list_grad()[device]
+                weight, grad = param._data[device], param._grad[device]  # initialised: they have gradients
                 if bf16 is not None and bf16.holds(index) and weight.dtype == BFLOAT16:
                     kind = "bf16"
                 elif optimizer.multi_precision and np.dtype(weight.dtype) == np.float16:
@@ -187,14 +248,12 @@ class FusedUpdater:
                 else:
                     kind = "plain"
                 groups.setdefault(kind, []).append((index, weight, grad))
-            for kind, members in groups.items():
-                applied = self._issue(updater, members, kind, device, flag, scaler_state)
-        self._pending = (applied, saved)
-        return StepResult(applied, self.settle)
+            launches.extend(self._arguments(updater, members, kind, device) for kind, members in groups.items())
+        return launches
 
-    def _issue(self, updater, members, kind, device, flag, scaler_state):
+    def _arguments(self, updater, members, kind, device):
+        """The arguments of one ``amp_multi_update`` (advances the members' counts)."""
         optimizer = updater.optimizer
-        master = kind == "master"
         indices = [index for index, _, _ in members]
         ctx = members[0][1].context
         for index, weight, _ in members:
@@ -204,6 +263,17 @@ class FusedUpdater:
             elif not updater.states_synced[index]:
                 updater.states[index] = updater.sync_state_context(updater.states[index], ctx)
                 updater.states_synced[index] = True
+        master = kind == "master"
+        arrays = [(weight, grad) + self._states(updater.states[index], master) for index, weight, grad in members]
+        mode = "off" if kind != "bf16" else self.bf16_weights.update_mode()
+        if mode == "kahan":
+            arrays = [group + (self.bf16_weights.compensation_of(index, device),)
+                      for group, (index, _, _) in zip(arrays, members)]
+        return dict(self._counted(optimizer, indices, ctx, mode), arrays=arrays, ctx=ctx, indices=indices,
+                    master=master, mode=mode)
+
+    def _counted(self, optimizer, indices, ctx, mode):
+        """Advance the counts of ``indices``; what depends on them: ``lrs``, ``wds``, ``etas``, ``seeds``."""
         optimizer._set_current_context(ctx.device_id)
         optimizer._update_count(indices)
         lrs, wds, etas = optimizer._get_lrs(indices), optimizer._get_wds(indices), None
@@ -214,22 +284,28 @@ class FusedUpdater:
                 lrs = [lr * c for lr, c in zip(lrs, corrections)]
             else:
                 lrs, etas = corrections, lrs
-        arrays = [(weight, grad) + self._states(updater.states[index], master)
-                  for index, weight, grad in members]
-        mode = "off" if kind != "bf16" else self.bf16_weights.update_mode()
-        if mode == "kahan":
-            arrays = [group + (self.bf16_weights.compensation_of(index, device),)
-                      for group, (index, _, _) in zip(arrays, members)]
         seeds = (self.bf16_weights.update_seeds(indices, [optimizer._index_update_count[i] for i in indices])
                  if mode == "stochastic" else None)
-        if flag.context != ctx:
-            flag, scaler_state = flag.as_in_context(ctx), scaler_state.as_in_context(ctx)
-        return ops.multi_update(self.rule, arrays, flag, scaler_state, lrs, wds, etas,
-                                rescale_grad=optimizer.rescale_grad, clip_gradient=optimizer.clip_gradient,
-                                momentum=getattr(optimizer, "momentum", 0.0),
+        return dict(lrs=lrs, wds=wds, etas=etas, seeds=seeds)
+
+    def _launch(self, launch, alternative, flag, scaler_state, previous):
+        """Issue one ``amp_multi_update``; with the values for a skipped previous step where they differ."""
+        optimizer, ctx = self.trainer._optimizer, launch["ctx"]
+        counted = ("lrs", "etas", "seeds")
+        choice = {}
+        if alternative is not None and any(launch[key] != alternative[key] for key in counted):
+            choice = dict(previous_applied=previous.applied.as_in_context(ctx),
+                          if_previous_skipped={key: alternative[key] for key in counted
+                                               if alternative[key] is not None})
+        if scaler_state.context != ctx:
+            flag = flag.as_in_context(ctx) if flag is not None else None
+            scaler_state = scaler_state.as_in_context(ctx)
+        return ops.multi_update(self.rule, launch["arrays"], flag, scaler_state, launch["lrs"], launch["wds"],
+                                launch["etas"], rescale_grad=optimizer.rescale_grad,
+                                clip_gradient=optimizer.clip_gradient, momentum=getattr(optimizer, "momentum", 0.0),
                                 beta1=getattr(optimizer, "beta1", 0.9), beta2=getattr(optimizer, "beta2", 0.999),
-                                epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=master,
-                                bf16_weights=mode, seeds=seeds)
+                                epsilon=getattr(optimizer, "epsilon", 1e-8), multi_precision=launch["master"],
+                                bf16_weights=launch["mode"], seeds=launch["seeds"], **choice)
 
     def _states(self, state, master):
         """The state arrays of one parameter in ``amp_multi_update`` order (master weights last)."""

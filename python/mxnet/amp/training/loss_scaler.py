@@ -174,8 +174,10 @@ class LossScaler:
 
     def _settle(self):
         flags, self._flags = self._flags, []
-        for flag in flags:
-            self._advance(self._state, next_state(self._config, self._state, bool(flag.asnumpy()[0])))
+        if len(flags) > 1 and len({flag.context for flag in flags}) == 1:
+            flags = [mx.nd.concat(*(flag.as_nd_ndarray() for flag in flags), dim=0)]  # one read for them all
+        for finite in (value for flag in flags for value in flag.asnumpy()):
+            self._advance(self._state, next_state(self._config, self._state, bool(finite)))
         if self._mirror is not None and self._mirror.pending:
             self._advance(self._state, self._mirror.read())
 

@@ -50,6 +50,15 @@ def fresh_params(trainer: Trainer, ignore_stale_grad: bool) -> Tuple[List[Tuple[
     return fresh, total
 
 
+def _laid_out(trainer, params):
+    """The trainer's gradient buffers over ``params`` (every parameter with a gradient), laid out again if a
+    gradient array was replaced since."""
+    amp_state = state_of(trainer)
+    if amp_state.grads is None or not amp_state.grads.current(params):
+        amp_state.grads = GradBuffers(params)
+    return amp_state.grads
+
+
 def check_grads(trainer: Trainer, inv_scale: float, fresh: List[Tuple[int, Parameter]], total: int) -> nd.NDArray:
     """Unscale (when ``inv_scale != 1``) and check the gradients of ``fresh`` on every device; returns a flag.
 
@@ -64,10 +73,7 @@ def check_grads(trainer: Trainer, inv_scale: float, fresh: List[Tuple[int, Param
         raise RuntimeError("trainer has no parameter with a gradient (all grad_req='null')")
     params = [param for _, param in fresh]
     if len(fresh) == total:  # the common case: one call per device over the contiguous buffers
-        amp_state = state_of(trainer)
-        if amp_state.grads is None or not amp_state.grads.current(params):
-            amp_state.grads = GradBuffers(params)
-        per_device = amp_state.grads.per_device()
+        per_device = _laid_out(trainer, params).per_device()
     else:
         per_device = [list(grads) for grads in zip(*(param.list_grad() for param in params))]
     return check_gradients(per_device, inv_scale)
@@ -155,20 +161,24 @@ def _apply(trainer, batch_size, ignore_stale_grad):
     amp_state = state_of(trainer)
     unscaled = amp_state.stage is Stage.UNSCALED
     fresh, total = fresh_params(trainer, ignore_stale_grad)
-    flag = amp_state.flag if unscaled else check_grads(trainer, 1.0, fresh, total)
-    amp_state.stage, amp_state.flag = Stage.READY, None
     updater = None if on_kvstore(trainer) else _fused_updater(trainer)
-    if updater is not None:
+    if updater is not None and fresh:
+        flag = amp_state.flag if unscaled else None  # the update checks the gradients (in its own call if it can)
+        if len(fresh) == total:
+            _laid_out(trainer, [param for _, param in fresh])
+        amp_state.stage, amp_state.flag = Stage.READY, None
         trainer._optimizer.rescale_grad = trainer._scale / batch_size
-        scaler_state = (_unit_state(flag.context) if unscaled
-                        else amp_state.scaler.device_state(flag.context))
-        result = updater.step(fresh, flag, scaler_state) if fresh else StepResult(True)
+        ctx = fresh[0][1].list_data()[0].context
+        scaler_state = _unit_state(ctx) if unscaled else amp_state.scaler.device_state(ctx)
+        result = updater.step(fresh, flag, scaler_state, lambda: check_grads(trainer, 1.0, fresh, total))
         for _, param in fresh:
-            for data in param.list_data():
+            for data in param._data:
                 data._fresh_grad = False
-        report_step(amp_state.scaler, flag)
+        report_step(amp_state.scaler, result.flag)
         trim_between_steps()
         return result
+    flag = amp_state.flag if unscaled else check_grads(trainer, 1.0, fresh, total)
+    amp_state.stage, amp_state.flag = Stage.READY, None
     inv_scale = 1.0 if unscaled else 1.0 / amp_state.scaler.scale
     finite = bool(flag.asnumpy()[0])  # the step's single host sync
     if finite:

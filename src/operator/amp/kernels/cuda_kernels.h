@@ -24,11 +24,13 @@ const char* cuda_multi_tensor_unscale_check(int64_t chunk_size, float* finite_fl
 /*!
  * \brief cpu_multi_tensor_update on the GPU (cuda_update.cu), skipped on the device: finite_flag and
  *        scaler_state are device pointers; the gradient multiplier is rescale_grad / scaler_state[0] and
- *        hyper.rescale_grad is ignored. *applied (device) receives 1.0f if the update ran, else 0.0f.
+ *        hyper.rescale_grad is ignored. previous_applied (device, or null) is the previous step's *applied:
+ *        where it is 0, each set's lr_if_skipped and eta_if_skipped replace its lr and eta. *applied (device)
+ *        receives 1.0f if the update ran, else 0.0f.
  */
 const char* cuda_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const UpdateSet* sets, int n,
                                      const float* finite_flag, const double* scaler_state, double rescale_grad,
-                                     float* applied, void* stream);
+                                     const float* previous_applied, float* applied, void* stream);
 
 /*! \brief scaler_step on the device state (kScalerStateSize doubles); *scale receives the new scale. */
 const char* cuda_scaler_update(const ScalerRule& rule, double* state, const float* finite_flag, float* scale,

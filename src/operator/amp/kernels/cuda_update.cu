@@ -70,9 +70,14 @@ __device__ void update_typed(int rule, bool clip, const UpdateScalars& k, const 
 }
 
 __global__ void __launch_bounds__(kThreads) update_kernel(UpdateBatch batch, UpdateHyper h, const float* flag,
-                                                          const double* state, double rescale_grad) {
+                                                          const double* state, double rescale_grad,
+                                                          const float* previous_applied) {
   if (*flag == 0.0f) return;
-  const UpdateSet& s = batch.sets[batch.block_set[blockIdx.x]];
+  UpdateSet s = batch.sets[batch.block_set[blockIdx.x]];
+  if (previous_applied != nullptr && *previous_applied == 0.0f) {
+    s.lr = s.lr_if_skipped;
+    s.eta = s.eta_if_skipped;
+  }
   const int64_t begin = batch.block_chunk[blockIdx.x] * batch.chunk_size;
   const int64_t end = min(s.weight.size, begin + batch.chunk_size);
   const UpdateScalars k = update_scalars(h, s, static_cast<float>(rescale_grad * (1.0 / state[0])));
@@ -101,7 +106,7 @@ const char* last_error() {
 
 const char* cuda_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hyper, const UpdateSet* sets, int n,
                                      const float* finite_flag, const double* scaler_state, double rescale_grad,
-                                     float* applied, void* stream) {
+                                     const float* previous_applied, float* applied, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   applied_kernel<<<1, 1, 0, s>>>(finite_flag, applied);
   if (const char* err = last_error()) return err;
@@ -109,7 +114,10 @@ const char* cuda_multi_tensor_update(int64_t chunk_size, const UpdateHyper& hype
   batch.chunk_size = std::max<int64_t>(chunk_size, 1);
   int used = 0, blocks = 0;
   auto launch = [&]() -> const char* {
-    if (blocks > 0) update_kernel<<<blocks, kThreads, 0, s>>>(batch, hyper, finite_flag, scaler_state, rescale_grad);
+    if (blocks > 0) {
+      update_kernel<<<blocks, kThreads, 0, s>>>(batch, hyper, finite_flag, scaler_state, rescale_grad,
+                                                previous_applied);
+    }
     used = blocks = 0;
     return last_error();
   };

@@ -109,6 +109,7 @@ struct UpdateSet {
   uint16_t* compensation;
   bool stochastic;  // bf16_states without compensation: stochastic rounding, random bits from seed
   uint64_t seed;
+  float lr_if_skipped, eta_if_skipped;  // lr and eta when the previous step was skipped (see its flag)
 };
 
 /*! \brief Applies hyper.rule to the n parameters of sets, in parallel chunks of chunk_size elements. */
