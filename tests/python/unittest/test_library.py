@@ -170,3 +170,42 @@ def test_installed_libraries_carry_only_origin_relative_runpaths():
             if "(RUNPATH)" in line or "(RPATH)" in line:
                 entries = line.split("[", 1)[1].rstrip("]").split(":")
                 assert all(e.startswith("$ORIGIN") for e in entries), (name, entries)
+
+
+#: The newest glibc symbol version the installed libraries may need: 2.18, where MXNet 1.9.1's wheel needs 2.17 (the
+#: static libstdc++ destroys thread_local objects with __cxa_thread_atexit_impl, new in 2.18; see
+#: src/operator/amp/compat/glibc_compat.cc). Portable builds (CMake's MXNET_AMP_PORTABLE, the default).
+PORTABLE_GLIBC = (2, 18)
+
+
+def _version_needs(path):
+    """{needed file: [version names]} of an ELF file's version needs section, as ``readelf -V`` prints it."""
+    needs, current = {}, None
+    for line in subprocess.run(["readelf", "-V", "--wide", path], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        if "File: " in line:
+            current = needs.setdefault(line.split("File: ", 1)[1].split()[0], [])
+        elif "Name: " in line and current is not None:
+            current.append(line.split("Name: ", 1)[1].split()[0])
+    return needs
+
+
+def _newest(names, prefix):
+    versions = [tuple(int(p) for p in n[len(prefix):].split(".")) for n in names if n.startswith(prefix)]
+    return max(versions, default=None)
+
+
+def test_installed_libraries_load_where_mxnets_wheel_does():
+    """glibc 2.18 at most, and no newer libstdc++ than MXNet's own libmxnet.so needs (none: it is linked in)."""
+    mxnet_needs = _version_needs(os.path.join(os.path.dirname(mx.__file__), "libmxnet.so"))
+    mxnet_glibcxx = _newest(mxnet_needs.get("libstdc++.so.6", []), "GLIBCXX_3.4.") or (0,)
+    lib_dir = os.path.dirname(library.LIBRARY_PATH)
+    libs = sorted(f for f in os.listdir(lib_dir) if f.endswith(".so"))
+    assert "libmxnet_amp.so" in libs
+    for name in libs:
+        needs = _version_needs(os.path.join(lib_dir, name))
+        assert needs.get("libc.so.6"), (name, needs)  # the parse found the section
+        glibc = _newest([v for versions in needs.values() for v in versions], "GLIBC_")
+        assert glibc <= PORTABLE_GLIBC, (name, "needs GLIBC_%s" % ".".join(map(str, glibc)), needs)
+        glibcxx = _newest(needs.get("libstdc++.so.6", []), "GLIBCXX_3.4.")
+        assert glibcxx is None or glibcxx <= mxnet_glibcxx, (name, glibcxx, mxnet_glibcxx)
