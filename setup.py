@@ -10,7 +10,7 @@ CUDA kernels: built by default where the MXNet of the target environment (the on
 outside pip's build isolation) is a CUDA build and nvcc is found, for the GPU architectures both that MXNet's
 CUDA runtime and nvcc support, with PTX of the newest so that newer GPUs JIT it. ``MXNET_AMP_CUDA=0`` or
 ``=1`` overrides the choice, ``MXNET_AMP_CUDA_ARCHS="80;86"`` the architectures. One line says what is built.
-The installed libraries' RUNPATH holds only $ORIGIN-relative entries, and they need glibc 2.18 and no system libstdc++
+The installed libraries' RUNPATH holds only $ORIGIN-relative entries, and they need glibc 2.17 and no system libstdc++
 (CMake's MXNET_AMP_PORTABLE, on by default: see docs/install.md).
 """
 import importlib.util

@@ -172,10 +172,9 @@ def test_installed_libraries_carry_only_origin_relative_runpaths():
                 assert all(e.startswith("$ORIGIN") for e in entries), (name, entries)
 
 
-#: The newest glibc symbol version the installed libraries may need: 2.18, where MXNet 1.9.1's wheel needs 2.17 (the
-#: static libstdc++ destroys thread_local objects with __cxa_thread_atexit_impl, new in 2.18; see
-#: src/operator/amp/compat/glibc_compat.cc). Portable builds (CMake's MXNET_AMP_PORTABLE, the default).
-PORTABLE_GLIBC = (2, 18)
+#: The newest glibc symbol version the installed libraries may need: 2.17, as MXNet 1.9.1's wheel (manylinux2014).
+#: Portable builds (CMake's MXNET_AMP_PORTABLE, the default; src/operator/amp/compat/glibc_compat.cc).
+PORTABLE_GLIBC = (2, 17)
 
 
 def _version_needs(path):
@@ -196,7 +195,7 @@ def _newest(names, prefix):
 
 
 def test_installed_libraries_load_where_mxnets_wheel_does():
-    """glibc 2.18 at most, and no newer libstdc++ than MXNet's own libmxnet.so needs (none: it is linked in)."""
+    """glibc 2.17 at most, and no newer libstdc++ than MXNet's own libmxnet.so needs (none: it is linked in)."""
     mxnet_needs = _version_needs(os.path.join(os.path.dirname(mx.__file__), "libmxnet.so"))
     mxnet_glibcxx = _newest(mxnet_needs.get("libstdc++.so.6", []), "GLIBCXX_3.4.") or (0,)
     lib_dir = os.path.dirname(library.LIBRARY_PATH)

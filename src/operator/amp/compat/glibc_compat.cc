@@ -9,8 +9,7 @@
  * the old symbol version, the others are reimplemented on what every glibc since 2.2.5 has. No system header
  * is included, so no declaration with another visibility clashes with these definitions.
  *
- * What remains: __cxa_thread_atexit_impl@GLIBC_2.18, which the static libstdc++ calls to destroy thread_local
- * objects. So the libraries need glibc 2.18 or later (MXNet's own wheel: 2.17).
+ * So the libraries need glibc 2.17, as MXNet's own wheel does.
  */
 #include <cstddef>
 #include <cstdint>
@@ -109,4 +108,42 @@ AMP_COMPAT std::uint32_t arc4random(void) {
   while (getentropy(&value, sizeof(value)) != 0) {
   }
   return value;
+}
+
+// GLIBC_2.18: the static libstdc++ registers each thread_local object's destructor here. The calling thread's
+// list runs, last registered first, when the thread exits (a pthread key's destructor, which runs again when a
+// destructor registers more). The main thread's objects are not destroyed at exit; this library is never unloaded.
+extern "C" void* malloc(std::size_t size);
+extern "C" void free(void* pointer);
+
+namespace {
+
+struct ThreadExit {
+  void (*destroy)(void*);
+  void* object;
+  ThreadExit* next;
+};
+
+int g_exit_once = 0;  // pthread_once_t
+unsigned g_exit_key = 0;
+
+void run_thread_exits(void* head) {
+  for (ThreadExit* e = static_cast<ThreadExit*>(head); e != nullptr;) {
+    ThreadExit* next = e->next;
+    e->destroy(e->object);
+    free(e);
+    e = next;
+  }
+}
+
+void make_exit_key() { amp_new___pthread_key_create(&g_exit_key, run_thread_exits); }
+
+}  // namespace
+
+AMP_COMPAT int __cxa_thread_atexit_impl(void (*destroy)(void*), void* object, void* dso_handle) {
+  amp_new_pthread_once(&g_exit_once, make_exit_key);
+  ThreadExit* e = static_cast<ThreadExit*>(malloc(sizeof(ThreadExit)));
+  if (e == nullptr) return -1;
+  *e = {destroy, object, static_cast<ThreadExit*>(amp_new_pthread_getspecific(g_exit_key))};
+  return amp_new_pthread_setspecific(g_exit_key, e);
 }
