@@ -86,18 +86,6 @@ _DTYPE_NAMES[BFLOAT16] = "bfloat16"
 _LOW_DTYPES = frozenset(t for t, name in _DTYPE_NAMES.items() if FLOAT_RANK.get(name) == 1)
 
 
-def _any_low(args, kwargs):
-    """Whether a call has a 16-bit float array argument (one level of lists included, ``out=`` excluded)."""
-    for x in itertools.chain(args, (v for k, v in kwargs.items() if k != "out") if kwargs else ()):
-        if isinstance(x, mx.nd.NDArray):
-            if x.dtype in _LOW_DTYPES:
-                return True
-        elif isinstance(x, (list, tuple)) and any(isinstance(e, mx.nd.NDArray) and e.dtype in _LOW_DTYPES
-                                                  for e in x):
-            return True
-    return False
-
-
 def _dtype_name(arr):
     dtype = arr.dtype
     name = _DTYPE_NAMES.get(dtype)
@@ -207,10 +195,10 @@ def _wrap_op(func, op, action):
 
     def amp_op(*args, **kwargs):
         policy = STATE.policy
-        if policy is None or getattr(LOCAL, "disabled", 0) or (inert_on_wide and not _any_low(args, kwargs)):
+        if policy is None or getattr(LOCAL, "disabled", 0):
             return func(*args, **kwargs)
         arrays = _arrays(args, kwargs)
-        if not arrays:
+        if not arrays or (inert_on_wide and not any(x.dtype in _LOW_DTYPES for x in arrays)):
             return func(*args, **kwargs)
         act = action or policy.action(op, _attributes(signature, args, kwargs))
         target, names = policy.target_dtype, [_dtype_name(x) for x in arrays]
